@@ -1,0 +1,9 @@
+"""Triton kernels of the kernel lab, each with autograd support, and their plain-PyTorch references.
+
+Set TRITON_INTERPRET=1 before importing this package to run the kernels on the CPU through Triton's
+interpreter (slow; the test suite does this on machines without CUDA).
+"""
+
+from kernels.softmax import softmax
+
+__all__ = ["softmax"]

@@ -1,0 +1,292 @@
+"""Row softmax, forward and backward, in two schedules.
+
+    y = softmax(x),  y_j = exp(x_j - m) / d,  m = max_k x_k,  d = sum_k exp(x_k - m)
+    dx = y * (dy - dot),  dot = <dy, y> = sum_k dy_k * y_k
+
+Schedules, with the DRAM bytes each moves for an M x N input of `size`-byte elements:
+
+* single-block: a whole row (or several short rows) lives in registers. Forward reads x once and writes y
+  once: 2*M*N*size. Backward reads y and dy once and writes dx once: 3*M*N*size. Rows longer than
+  MAX_SINGLE_BLOCK_N are refused: the registers spill long before that.
+* online: tiles of BLOCK_N columns. Pass 1 carries the running max and normaliser (m, d) through the row
+  (the online-softmax recurrence), pass 2 reads x again and writes y: 3*M*N*size, any N. The backward pass
+  reads y and dy twice (once for dot, once for dx): 5*M*N*size.
+
+`impl="auto"` takes single-block up to a per-dtype row length and online beyond it; AUTO_SINGLE_BLOCK_MAX_N
+records the measurement behind that threshold. The maths is written up in docs/posts (the softmax, its
+gradient and the online softmax posts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._checks import check_device, check_dtype, normalize_dim
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+IMPLS = ("auto", "single_block", "online")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _softmax_fwd_single_block_kernel(
+    x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    # One program owns ROWS_PER_PROGRAM whole rows: x is read once, y written once (2*M*N*size bytes).
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    rows64 = rows.to(tl.int64)
+    x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=-float("inf"))
+    x = x.to(tl.float32)
+    m = tl.max(x, axis=1)
+    e = tl.exp(x - m[:, None])
+    d = tl.sum(e, axis=1)
+    y = e * (1.0 / d)[:, None]
+    tl.store(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_fwd_online_kernel(
+    x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr,
+):
+    # Pass 1 reads the row once and keeps one (m, d) pair per lane, merged at the end; pass 2 reads it again
+    # and writes y: 3*M*N*size bytes. Lanes that have seen only -inf keep d = 0 (m_safe avoids -inf - -inf).
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    y_row = y_ptr + row * y_row_stride
+    offs = tl.arange(0, BLOCK_N)
+    m = tl.full([BLOCK_N], -float("inf"), tl.float32)
+    d = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        d = d * tl.exp(m - m_safe) + tl.exp(x - m_safe)
+        m = m_new
+    m_row = tl.max(m, axis=0)
+    # A row of only -inf gives m_row = -inf and d_row = NaN (0 * exp(NaN)), the value torch returns.
+    d_row = tl.sum(d * tl.exp(m - m_row), axis=0)
+    inv_d = 1.0 / d_row
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+        y = tl.exp(x - m_row) * inv_d
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _softmax_bwd_single_block_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    # Reads y and dy once, writes dx once: 3*M*N*size bytes.
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    cols = tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    rows64 = rows.to(tl.int64)
+    y = tl.load(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(y * dy, axis=1)
+    dx = y * (dy - dot[:, None])
+    tl.store(dx_ptr + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_online_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr,
+):
+    # Pass 1 reads y and dy for dot = <dy, y>; pass 2 reads them again and writes dx: 5*M*N*size bytes.
+    row = tl.program_id(0).to(tl.int64)
+    y_row = y_ptr + row * y_row_stride
+    dy_row = dy_ptr + row * dy_row_stride
+    dx_row = dx_ptr + row * dx_row_stride
+    offs = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        acc += y * dy
+    dot = tl.sum(acc, axis=0)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dx = y * (dy - dot)
+        tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Launch plan: pure functions of the shape and dtype, tested on both sides of every threshold
+# --------------------------------------------------------------------------------------------------------
+
+# Longest row the single-block schedule accepts: a 131,072-element fp32 row already spills registers, and
+# the compiler refuses larger blocks.
+MAX_SINGLE_BLOCK_N = 131072
+
+# impl="auto": single-block up to and including this N, online above it. Measured on an H100 80GB HBM3,
+# forward, M*N*size >= 256 MiB, L2 flushed (experiment `softmax-long-rows`): see the closing table of
+# docs/posts/online-softmax.md, generated from the run record.
+AUTO_SINGLE_BLOCK_MAX_N = {torch.float32: 32768, torch.float16: 32768, torch.bfloat16: 32768}
+
+# Single-block settings, by padded row length: (largest BLOCK_N, num_warps). Larger rows need more warps
+# to keep the per-thread register footprint near 32-64 elements.
+_SINGLE_BLOCK_WARPS = ((1024, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32))
+# Short rows share a program so each program still moves about this many elements.
+_ELEMENTS_PER_PROGRAM = 2048
+_MIN_BLOCK_N = 16
+
+# Online settings: tile width by element size (bytes); one tile is 16 KiB of input per program.
+_ONLINE_BLOCK_N = {4: 4096, 2: 8192}
+_ONLINE_WARPS = 8
+
+
+@dataclass(frozen=True)
+class SoftmaxPlan:
+    """How one launch is laid out. Recorded next to every timing the lab takes."""
+
+    impl: str  # "single_block" or "online"
+    block_n: int
+    rows_per_program: int
+    num_warps: int
+    grid: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_impl(n_cols: int, dtype: torch.dtype) -> str:
+    """The schedule impl="auto" runs for rows of `n_cols` elements of `dtype`."""
+    return "single_block" if n_cols <= AUTO_SINGLE_BLOCK_MAX_N[dtype] else "online"
+
+
+def plan_softmax(n_rows: int, n_cols: int, dtype: torch.dtype, impl: str = "auto") -> SoftmaxPlan:
+    """Launch plan for a row softmax (forward or backward) over an n_rows x n_cols matrix."""
+    if impl not in IMPLS:
+        raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
+    if impl == "auto":
+        impl = choose_impl(n_cols, dtype)
+    if impl == "single_block":
+        block_n = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols))
+        if block_n > MAX_SINGLE_BLOCK_N:
+            raise ValueError(
+                f"softmax: impl='single_block' holds a row in registers and accepts N <= {MAX_SINGLE_BLOCK_N}, "
+                f"got N = {n_cols}; use impl='online' or impl='auto'."
+            )
+        num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS if block_n <= limit)
+        rows = max(1, _ELEMENTS_PER_PROGRAM // block_n)
+        return SoftmaxPlan("single_block", block_n, rows, num_warps, triton.cdiv(n_rows, rows))
+    size = torch.empty((), dtype=dtype).element_size()
+    block_n = min(_ONLINE_BLOCK_N[size], max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols)))
+    return SoftmaxPlan("online", block_n, 1, _ONLINE_WARPS, n_rows)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Launchers (2-D, rows contiguous in their last dimension)
+# --------------------------------------------------------------------------------------------------------
+
+
+def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = None) -> torch.Tensor:
+    """y = softmax(x) along dim 1 of a 2-D tensor whose rows are contiguous; written into `out` if given."""
+    n_rows, n_cols = x.shape
+    y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device) if out is None else out
+    if plan.impl == "single_block":
+        _softmax_fwd_single_block_kernel[(plan.grid,)](
+            x, y, n_rows, n_cols, x.stride(0), y.stride(0),
+            BLOCK_N=plan.block_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=plan.num_warps,
+        )
+    else:
+        _softmax_fwd_online_kernel[(plan.grid,)](
+            x, y, n_cols, x.stride(0), y.stride(0), BLOCK_N=plan.block_n, num_warps=plan.num_warps,
+        )
+    return y
+
+
+def softmax_bwd(
+    y: torch.Tensor, dy: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """dx = y * (dy - <dy, y>) along dim 1 of 2-D tensors whose rows are contiguous; into `out` if given."""
+    n_rows, n_cols = y.shape
+    dx = torch.empty((n_rows, n_cols), dtype=y.dtype, device=y.device) if out is None else out
+    if plan.impl == "single_block":
+        _softmax_bwd_single_block_kernel[(plan.grid,)](
+            y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
+            BLOCK_N=plan.block_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=plan.num_warps,
+        )
+    else:
+        _softmax_bwd_online_kernel[(plan.grid,)](
+            y, dy, dx, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
+            BLOCK_N=plan.block_n, num_warps=plan.num_warps,
+        )
+    return dx
+
+
+def _as_rows(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """View (or, when no view exists, copy) `t` as a 2-D matrix whose rows run along `dim`, unit stride."""
+    rows = t.movedim(dim, -1).reshape(-1, t.shape[dim])
+    return rows if rows.stride(-1) == 1 else rows.contiguous()
+
+
+def _from_rows(rows: torch.Tensor, like: torch.Tensor, dim: int) -> torch.Tensor:
+    moved_shape = like.movedim(dim, -1).shape
+    return rows.view(moved_shape).movedim(-1, dim)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Autograd
+# --------------------------------------------------------------------------------------------------------
+
+
+class SoftmaxFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, dim: int, impl: str) -> torch.Tensor:
+        x_rows = _as_rows(x, dim)
+        plan = plan_softmax(x_rows.shape[0], x_rows.shape[1], x.dtype, impl)
+        y_rows = softmax_fwd(x_rows, plan)
+        ctx.save_for_backward(y_rows)
+        ctx.plan = plan
+        ctx.dim = dim
+        return _from_rows(y_rows, x, dim)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy: torch.Tensor):
+        (y_rows,) = ctx.saved_tensors
+        dy_rows = _as_rows(dy.to(y_rows.dtype), ctx.dim)
+        dx_rows = softmax_bwd(y_rows, dy_rows, ctx.plan)
+        return _from_rows(dx_rows, dy, ctx.dim), None, None
+
+
+def softmax(x: torch.Tensor, dim: int = -1, *, impl: str = "auto") -> torch.Tensor:
+    """Softmax of `x` along `dim`, differentiable; same shape and dtype as `x`.
+
+    x: any shape and strides, dtype float32, float16 or bfloat16, on CUDA (or on the CPU with
+    TRITON_INTERPRET=1). impl: "auto" (pick by row length and dtype), "single_block" or "online".
+    Special values follow torch.softmax: -inf entries give 0; a row that is all -inf, or holds NaN or +inf,
+    gives NaN. Math in fp32 whatever the input dtype.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"softmax: x must be a torch.Tensor, got {type(x).__name__}.")
+    check_dtype("softmax", "x", x, SUPPORTED_DTYPES)
+    if impl not in IMPLS:
+        raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
+    dim = normalize_dim("softmax", dim, x.dim())
+    check_device("softmax", x)
+    if x.dim() == 0:
+        return softmax(x.reshape(1), 0, impl=impl).reshape(())
+    if x.numel() == 0:
+        return x.clone()  # nothing to compute; clone keeps autograd's graph without a launch
+    return SoftmaxFunction.apply(x, dim, impl)

@@ -1,0 +1,31 @@
+"""Test set-up: without CUDA the kernels run through Triton's interpreter; with CUDA, compiled, unchanged.
+
+TRITON_INTERPRET must be set before Triton decorates the kernels, so it is set here, before any test
+module imports `kernels`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+DEVICE = "cuda" if HAS_CUDA else "cpu"
+
+
+@pytest.fixture
+def device() -> str:
+    return DEVICE
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    """A seeded generator on the CPU: inputs are drawn there and moved, so a failure reproduces anywhere."""
+    g = torch.Generator()
+    g.manual_seed(20261122)
+    return g

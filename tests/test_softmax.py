@@ -1,0 +1,421 @@
+"""kernels.softmax against float64 references, on every schedule, dtype, rank and special value.
+
+Bounds, one row per dtype (why these numbers):
+* rtol: the output is rounded once to the storage dtype (fp16: 2^-11, bf16: 2^-8 relative), plus the fp32
+  exp (the GPU's ex2.approx after a multiply by log2 e: a few 1e-7 relative for |x - m| < 30). Two units in
+  the last place of the storage dtype pass; a wrong max, a missing row or a stale tile does not.
+* atol: fp16's subnormal spacing (6e-8) for fp16, zero beyond fp32 rounding noise elsewhere.
+* grad: norm-wise relative error of dx, whose cancellation (dy - dot) makes elementwise bounds meaningless;
+  dominated by the rounding of the saved y.
+Each kernel error must also stay within GRAD_TORCH_FACTOR of torch's own error in the same dtype (or, if
+larger, of the error of the float64 result merely stored in that dtype). Triton 3.6's interpreter truncates
+fp32 -> bf16 where the GPU rounds to nearest, so under the interpreter that storage error is truncation's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kernels
+from kernels import reference
+from kernels.softmax import (
+    AUTO_SINGLE_BLOCK_MAX_N,
+    MAX_SINGLE_BLOCK_N,
+    SoftmaxPlan,
+    choose_impl,
+    plan_softmax,
+    softmax,
+    softmax_bwd,
+    softmax_fwd,
+)
+
+softmax_module = importlib.import_module("kernels.softmax")  # `kernels.softmax` the package attr is the function
+
+#               rtol    atol    grad (norm-wise)
+BOUNDS = {
+    torch.float32: (2e-5, 1e-12, 2e-5),
+    torch.float16: (2e-3, 6e-8, 4e-3),
+    torch.bfloat16: (1.6e-2, 1e-12, 3e-2),
+}
+GRAD_TORCH_FACTOR = 4.0
+DTYPES = list(BOUNDS)
+IMPLS = ["auto", "single_block", "online"]
+ROW_LENGTHS = [1, 2, 3, 127, 128, 129, 1000, 1024, 4097, 70000]
+
+
+def _rows_for(n: int) -> int:
+    # The interpreter runs one program at a time: few rows, and fewer still for long ones.
+    return 2 if n > 4096 else 5
+
+
+def _draw(shape, dtype, device, gen, scale=3.0):
+    return (torch.randn(shape, generator=gen, dtype=torch.float64) * scale).to(dtype).to(device)
+
+
+def _assert_close_to_float64(y: torch.Tensor, x: torch.Tensor, dim: int = -1):
+    rtol, atol, _ = BOUNDS[x.dtype]
+    ref = reference.softmax_float64(x, dim)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert not torch.isnan(y).any(), "an output element is NaN (unwritten, or a wrong reduction)"
+    err = (y.double() - ref).abs()
+    bound = atol + rtol * ref.abs()
+    worst = (err - bound).argmax()
+    assert (err <= bound).all(), f"max excess at flat index {worst.item()}: err {err.flatten()[worst].item():.3e}"
+
+
+def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b).norm() / b.norm().clamp_min(1e-300)).item()
+
+
+def _stored(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`ref` stored in `dtype` the way the kernels' final cast does it on this device."""
+    if dtype == torch.bfloat16 and ref.device.type == "cpu":  # the interpreter's cast truncates
+        bits = ref.float().view(torch.int32) & ~0xFFFF
+        return bits.view(torch.float32).double()
+    return ref.to(dtype).double()
+
+
+def _reference_error(candidate: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> float:
+    """The error an accurate kernel is allowed: torch's in the same dtype, or the storage rounding alone."""
+    return max(_rel_err(candidate, ref), _rel_err(_stored(ref, dtype), ref))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Forward and backward against float64, every impl, dtype and row length
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_forward_matches_float64(impl, dtype, n, device, gen):
+    x = _draw((_rows_for(n), n), dtype, device, gen)
+    y = softmax(x, impl=impl)
+    _assert_close_to_float64(y, x)
+    # No worse than torch's own kernel in the same dtype.
+    ref = reference.softmax_float64(x)
+    ours, theirs = _rel_err(y, ref), _reference_error(torch.softmax(x, -1), ref, dtype)
+    assert ours <= GRAD_TORCH_FACTOR * theirs + 1e-7
+
+
+@pytest.mark.parametrize("n", ROW_LENGTHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_backward_matches_float64(impl, dtype, n, device, gen):
+    x = _draw((_rows_for(n), n), dtype, device, gen).requires_grad_()
+    dy = _draw((_rows_for(n), n), dtype, device, gen, scale=1.0)
+    softmax(x, impl=impl).backward(dy)
+
+    x64 = x.detach().double().requires_grad_()
+    torch.softmax(x64, -1).backward(dy.double())
+    assert x.grad.dtype == dtype and not torch.isnan(x.grad).any()
+    err = _rel_err(x.grad, x64.grad)
+    assert err <= BOUNDS[dtype][2], f"relative error {err:.3e}"
+
+    xt = x.detach().clone().requires_grad_()
+    torch.softmax(xt, -1).backward(dy)
+    assert err <= GRAD_TORCH_FACTOR * _reference_error(xt.grad, x64.grad, dtype) + 1e-7
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shapes, ranks, dims and layouts
+# ---------------------------------------------------------------------------------------------------------
+
+SHAPES_AND_DIMS = [((7,), 0), ((3, 5, 9), 0), ((3, 5, 9), 1), ((3, 5, 9), 2), ((3, 5, 9), -2),
+                   ((2, 3, 4, 33), 1), ((2, 3, 4, 33), -1)]
+
+
+@pytest.mark.parametrize("shape,dim", SHAPES_AND_DIMS)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_any_rank_and_dim(shape, dim, impl, device, gen):
+    x = _draw(shape, torch.float32, device, gen).requires_grad_()
+    y = softmax(x, dim, impl=impl)
+    _assert_close_to_float64(y, x.detach(), dim)
+    dy = _draw(shape, torch.float32, device, gen)
+    y.backward(dy)
+    x64 = x.detach().double().requires_grad_()
+    torch.softmax(x64, dim).backward(dy.double())
+    assert _rel_err(x.grad, x64.grad) <= BOUNDS[torch.float32][2]
+
+
+def _non_contiguous_inputs(device, gen):
+    base = _draw((6, 40), torch.float32, device, gen)
+    yield "transposed", base.t()  # rows along a strided dim
+    yield "column slice", base[:, 3:31]  # row stride != N
+    yield "step slice", base[:, ::2]  # unit stride lost: copied
+    yield "row step", base[::2]
+    yield "expanded", _draw((1, 40), torch.float32, device, gen).expand(5, 40)  # row stride 0
+    yield "expanded along dim", _draw((6, 1), torch.float32, device, gen).expand(6, 17)  # stride 0 in row
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_non_contiguous_inputs(impl, device, gen):
+    for name, x in _non_contiguous_inputs(device, gen):
+        y = softmax(x, -1, impl=impl)
+        try:
+            _assert_close_to_float64(y, x)
+        except AssertionError as e:
+            raise AssertionError(f"{name}: {e}") from e
+
+
+def test_non_contiguous_upstream_gradient(device, gen):
+    x = _draw((4, 30), torch.float32, device, gen).requires_grad_()
+    dy = _draw((30, 4), torch.float32, device, gen).t()  # a transposed gradient
+    softmax(x).backward(dy)
+    x64 = x.detach().double().requires_grad_()
+    torch.softmax(x64, -1).backward(dy.double())
+    assert _rel_err(x.grad, x64.grad) <= BOUNDS[torch.float32][2]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Poisoned outputs: every element must be written, including the rows of a partial last program
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [3, 100, 129, 5000])
+@pytest.mark.parametrize("impl", ["single_block", "online"])
+def test_every_output_element_written(impl, n, device, gen):
+    m = 13  # not a multiple of any rows-per-program
+    x = _draw((m, n), torch.float16, device, gen)
+    plan = plan_softmax(m, n, x.dtype, impl)
+    y = softmax_fwd(x, plan, out=torch.full_like(x, float("nan")))
+    _assert_close_to_float64(y, x)
+    dy = _draw((m, n), torch.float16, device, gen)
+    dx = softmax_bwd(y, dy, plan, out=torch.full_like(x, float("nan")))
+    assert not torch.isnan(dx).any()
+    ref = reference.softmax_backward(y.double(), dy.double())
+    assert _rel_err(dx, ref) <= BOUNDS[torch.float16][2]
+
+
+def test_launch_writes_nothing_outside_its_rows(device, gen):
+    # The output is a view into a larger poisoned buffer: neighbours of every row must stay poisoned.
+    x = _draw((9, 50), torch.float32, device, gen)
+    for impl in ["single_block", "online"]:
+        buf = torch.full((9, 64), float("nan"), device=device)
+        out = buf[:, 7:57]
+        softmax_fwd(x, plan_softmax(9, 50, x.dtype, impl), out=out)
+        assert torch.isnan(buf[:, :7]).all() and torch.isnan(buf[:, 57:]).all()
+        _assert_close_to_float64(out, x)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    m=st.integers(1, 4),
+    n=st.integers(1, 600),
+    dtype=st.sampled_from(DTYPES),
+    impl=st.sampled_from(IMPLS),
+    scale=st.sampled_from([0.01, 1.0, 30.0]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_property_matches_reference_and_sums_to_one(m, n, dtype, impl, scale, seed, device):
+    g = torch.Generator().manual_seed(seed)
+    x = _draw((m, n), dtype, device, g, scale)
+    y = softmax(x, impl=impl)
+    _assert_close_to_float64(y, x)
+    rtol = BOUNDS[dtype][0]
+    sums = y.double().sum(-1)
+    assert torch.allclose(sums, torch.ones_like(sums), rtol=0, atol=rtol * math.sqrt(n) + 1e-6)
+    assert (y >= 0).all() and (y <= 1).all()
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_shift_invariance(impl, device, gen):
+    # x in steps of 1/8 and shifts that are multiples of 64 keep x + c exact in fp32.
+    x = (torch.randint(-80, 80, (6, 300), generator=gen).double() / 8).float().to(device)
+    c = (torch.randint(-4, 5, (6, 1), generator=gen).double() * 64).float().to(device)
+    y, y_shift = softmax(x, impl=impl), softmax(x + c, impl=impl)
+    assert torch.equal(y, y_shift)
+
+
+@pytest.mark.parametrize("impl", ["single_block", "online"])
+def test_impls_agree(impl, device, gen):
+    x = _draw((4, 3000), torch.float32, device, gen)
+    other = "online" if impl == "single_block" else "single_block"
+    torch.testing.assert_close(softmax(x, impl=impl), softmax(x, impl=other), rtol=2e-6, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The worked example (seed 002): O and dX to four decimals
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_worked_example(impl, device):
+    x = torch.tensor([[1.0, 2.0, 3.0], [1.0, 3.0, 5.0]], device=device, requires_grad=True)
+    d_o = torch.tensor([[0.1, 0.2, 0.7], [0.2, 0.3, 0.5]], device=device)
+    o = softmax(x, impl=impl)
+    o.backward(d_o)
+    expected_o = torch.tensor([[0.0900, 0.2447, 0.6652], [0.0159, 0.1173, 0.8668]])
+    expected_dx = torch.tensor([[-0.0381, -0.0792, 0.1173], [-0.0043, -0.0202, 0.0245]])
+    four_decimals = lambda t: torch.round(t.detach().cpu().double() * 1e4) / 1e4  # noqa: E731
+    assert torch.allclose(four_decimals(o), expected_o.double(), rtol=0, atol=1e-6)
+    assert torch.allclose(four_decimals(x.grad), expected_dx.double(), rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Special values, exactly as torch.softmax
+# ---------------------------------------------------------------------------------------------------------
+
+INF, NAN = float("inf"), float("nan")
+SPECIAL_ROWS = [
+    [-INF, -INF, -INF, -INF],  # all -inf: NaN
+    [1.0, -INF, 2.0, -INF],  # -inf entries: exactly 0
+    [1.0, INF, 2.0, 0.0],  # +inf: NaN
+    [1.0, NAN, 2.0, 0.0],  # NaN: NaN
+    [INF, INF, 1.0, 1.0],
+    [-INF, 0.0, -INF, -INF],  # one finite entry: exactly 1
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("width", [4, 5000])
+def test_special_values_match_torch(impl, dtype, width, device):
+    rows = torch.tensor(SPECIAL_ROWS)
+    x = torch.full((len(SPECIAL_ROWS), width), -INF)
+    x[:, :4] = rows
+    if width > 4:
+        x[:, -4:] = rows  # the special values also sit in the last, partial tile
+    x = x.to(dtype).to(device)
+    y = softmax(x, impl=impl).float().cpu()
+    expected = torch.softmax(x.float().cpu(), -1)
+    assert torch.equal(torch.isnan(y), torch.isnan(expected))
+    finite = ~torch.isnan(expected)
+    assert torch.equal(y[finite] == 0, expected[finite] == 0), "-inf entries must give exactly 0"
+    torch.testing.assert_close(y[finite], expected[finite], rtol=BOUNDS[dtype][0], atol=0)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_no_overflow_near_fp16_max(impl, device):
+    x = torch.tensor([[65504.0, 65472.0, 65440.0, -65504.0], [65504.0, 65504.0, 65504.0, 65504.0]])
+    x = x.to(torch.float16).to(device)
+    y = softmax(x, impl=impl)
+    _assert_close_to_float64(y, x)
+    assert torch.equal(y[1].float().cpu(), torch.full((4,), 0.25))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_no_overflow_near_fp32_huge(impl, device):
+    x = torch.tensor([[1e30, 0.9999999e30, -1e30, 3e38], [1e30, 1e30, 1e30, -3e38]], device=device)
+    y = softmax(x, impl=impl)
+    expected = torch.softmax(x.cpu(), -1)
+    assert not torch.isnan(y).any()
+    torch.testing.assert_close(y.cpu(), expected, rtol=1e-6, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Empty tensors and bad input
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,dim", [((0, 5), -1), ((5, 0), -1), ((0,), 0), ((3, 0, 4), 2), ((3, 0, 4), 1)])
+def test_empty_tensors_return_empty_without_launch(shape, dim, device, monkeypatch):
+    def no_launch(*args, **kwargs):
+        raise AssertionError("an empty tensor must not launch a kernel")
+
+    monkeypatch.setattr(softmax_module, "softmax_fwd", no_launch)
+    x = torch.empty(shape, device=device)
+    y = softmax(x, dim)
+    assert y.shape == x.shape and y.dtype == x.dtype
+
+
+def test_zero_dim_tensor(device):
+    y = softmax(torch.tensor(3.5, device=device), 0)
+    assert y.shape == () and y.item() == 1.0
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.bool, torch.uint8])
+def test_integer_and_bool_input_raise_type_error(dtype, device):
+    with pytest.raises(TypeError, match="supported dtypes are float32, float16, bfloat16"):
+        softmax(torch.ones(2, 3, device=device).to(dtype))
+
+
+def test_float64_raises_type_error_naming_supported_dtypes(device):
+    with pytest.raises(TypeError, match="float64.*supported dtypes are float32, float16, bfloat16"):
+        softmax(torch.ones(2, 3, dtype=torch.float64, device=device))
+
+
+@pytest.mark.parametrize("dim", [2, -3, 10])
+def test_dim_out_of_range(dim, device):
+    with pytest.raises(IndexError, match=r"expected to be in range of \[-2, 1\]"):
+        softmax(torch.ones(2, 3, device=device), dim)
+
+
+def test_non_tensor_and_bad_impl():
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        softmax([1.0, 2.0])
+    with pytest.raises(ValueError, match="'auto', 'single_block', 'online'"):
+        softmax(torch.ones(2, 3), impl="fast")
+
+
+def test_cpu_tensor_without_interpreter_names_both_ways_out(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(RuntimeError, match=r"(?s)x\.cuda\(\).*TRITON_INTERPRET=1"):
+        softmax(torch.ones(2, 3))
+
+
+def test_single_block_refuses_rows_past_its_limit():
+    with pytest.raises(ValueError, match=f"N <= {MAX_SINGLE_BLOCK_N}.*impl='online'"):
+        plan_softmax(4, MAX_SINGLE_BLOCK_N + 1, torch.float32, "single_block")
+    assert plan_softmax(4, MAX_SINGLE_BLOCK_N + 1, torch.float32, "auto").impl == "online"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The launch plan: which branch runs on each side of every threshold
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_auto_dispatch_on_each_side_of_threshold(dtype, monkeypatch):
+    limit = AUTO_SINGLE_BLOCK_MAX_N[dtype]
+    assert choose_impl(limit, dtype) == "single_block"
+    assert choose_impl(limit + 1, dtype) == "online"
+    assert plan_softmax(8, limit, dtype).impl == "single_block"
+    assert plan_softmax(8, limit + 1, dtype).impl == "online"
+
+
+def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, monkeypatch):
+    # Lower the threshold so the online branch is reachable on a short row, and record which plan ran.
+    monkeypatch.setitem(AUTO_SINGLE_BLOCK_MAX_N, torch.float32, 64)
+    seen = []
+    real = softmax_module.softmax_fwd
+    monkeypatch.setattr(softmax_module, "softmax_fwd", lambda x, plan, out=None: seen.append(plan.impl) or real(x, plan))
+    softmax(_draw((2, 64), torch.float32, device, gen))
+    softmax(_draw((2, 65), torch.float32, device, gen))
+    assert seen == ["single_block", "online"]
+
+
+@pytest.mark.parametrize(
+    "n,block_n,warps,rows",
+    [(1, 16, 4, 128), (16, 16, 4, 128), (17, 32, 4, 64), (1024, 1024, 4, 2), (1025, 2048, 8, 1),
+     (4096, 4096, 8, 1), (4097, 8192, 16, 1), (16384, 16384, 16, 1), (16385, 32768, 32, 1)],
+)
+def test_single_block_settings_table(n, block_n, warps, rows):
+    plan = plan_softmax(1000, n, torch.float32, "single_block")
+    assert (plan.block_n, plan.num_warps, plan.rows_per_program) == (block_n, warps, rows)
+    assert plan.grid == -(-1000 // rows)
+
+
+@pytest.mark.parametrize("dtype,n,block_n", [(torch.float32, 100, 128), (torch.float32, 10**6, 4096),
+                                            (torch.bfloat16, 10**6, 8192), (torch.float16, 5000, 8192)])
+def test_online_tile_width(dtype, n, block_n):
+    plan = plan_softmax(3, n, dtype, "online")
+    assert plan == SoftmaxPlan("online", block_n, 1, 8, 3)
+
+
+def test_kernels_package_is_this_repository():
+    # PyPI has an unrelated package called `kernels`: the import must resolve to this checkout.
+    from pathlib import Path
+
+    assert Path(kernels.__file__).resolve().parent == Path(__file__).resolve().parents[1] / "kernels"

@@ -1,0 +1,133 @@
+"""Profiles, inputs and byte models shared by the softmax experiments (not an experiment itself)."""
+
+from __future__ import annotations
+
+import torch
+
+from experiments.spec import Case, Profile
+from kernels import reference
+from kernels.softmax import MAX_SINGLE_BLOCK_N, plan_softmax, softmax, softmax_bwd
+
+SOFTMAX_SOURCES = ("kernels/softmax.py", "kernels/_checks.py")
+REFERENCE_SOURCES = ("kernels/reference.py",)
+LIGER_MAX_N = 65536  # liger_kernel.ops.utils.calculate_settings refuses larger rows
+
+# ‖out − ref‖ / ‖ref‖ accepted against float64, per dtype (a few units of the storage rounding).
+FORWARD_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+BACKWARD_TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def forward_bytes(case: Case, dtype: torch.dtype) -> int:
+    """Read x once, write y once."""
+    return 2 * case["M"] * case["N"] * element_size(dtype)
+
+
+def backward_bytes(case: Case, dtype: torch.dtype) -> int:
+    """Read y and dy once, write dx once."""
+    return 3 * case["M"] * case["N"] * element_size(dtype)
+
+
+def forward_inputs(case: Case, dtype: torch.dtype, device: str, gen: torch.Generator):
+    x = torch.randn(case["M"], case["N"], generator=gen, device="cpu", dtype=torch.float32) * 3
+    return {"x": x.to(device=device, dtype=dtype)}
+
+
+def backward_inputs(case: Case, dtype: torch.dtype, device: str, gen: torch.Generator):
+    x = forward_inputs(case, dtype, device, gen)["x"]
+    dy = torch.randn(case["M"], case["N"], generator=gen, device="cpu", dtype=torch.float32)
+    return {"y": torch.softmax(x.float(), -1).to(dtype), "dy": dy.to(device=device, dtype=dtype)}
+
+
+def forward_reference(x: torch.Tensor) -> torch.Tensor:
+    return reference.softmax_float64(x, -1)
+
+
+def backward_reference(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    return reference.softmax_backward(y.double(), dy.double())
+
+
+def _single_block_limit(case: Case, dtype: torch.dtype) -> str | None:
+    if case["N"] > MAX_SINGLE_BLOCK_N:
+        return f"single-block holds a row in registers: N <= {MAX_SINGLE_BLOCK_N}"
+    return None
+
+
+def _liger_limit(case: Case, dtype: torch.dtype) -> str | None:
+    return f"Liger refuses N > {LIGER_MAX_N}" if case["N"] > LIGER_MAX_N else None
+
+
+def _plan(impl: str):
+    return lambda case, dtype: plan_softmax(case["M"], case["N"], dtype, impl).as_dict()
+
+
+def _lab_softmax_bwd(impl: str):
+    def run(y, dy):
+        return softmax_bwd(y, dy, plan_softmax(y.shape[0], y.shape[1], y.dtype, impl))
+
+    return run
+
+
+def _liger_forward(x):
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    return LigerSoftmaxFunction.apply(x)
+
+
+def _liger_backward(y, dy):
+    from liger_kernel.ops.softmax import _softmax_backward
+    from liger_kernel.ops.utils import calculate_settings
+
+    block_size, num_warps = calculate_settings(y.shape[-1])
+    return _softmax_backward(dy, y, block_size, num_warps, False)
+
+
+# ---- forward profiles ------------------------------------------------------------------------------------
+
+TRITON_AUTO = Profile(
+    "triton-auto", "the lab's softmax, impl='auto' (single-block or online by row length)",
+    lambda x: softmax(x, -1, impl="auto"), SOFTMAX_SOURCES, plan=_plan("auto"),
+)
+TRITON_SINGLE_BLOCK = Profile(
+    "triton-single-block", "the lab's softmax, impl='single_block' (whole row in registers)",
+    lambda x: softmax(x, -1, impl="single_block"), SOFTMAX_SOURCES, plan=_plan("single_block"),
+    unsupported=_single_block_limit,
+)
+TRITON_ONLINE = Profile(
+    "triton-online", "the lab's softmax, impl='online' ((m, d) pass, then a normalising pass)",
+    lambda x: softmax(x, -1, impl="online"), SOFTMAX_SOURCES, plan=_plan("online"),
+)
+TORCH = Profile("torch.softmax", "torch.softmax (PyTorch's fused CUDA kernel)", reference.torch_softmax,
+                REFERENCE_SOURCES)
+TORCH_COMPILE = Profile("torch.compile", "torch.softmax through torch.compile (Inductor's Triton kernel)",
+                        reference.compiled_softmax, REFERENCE_SOURCES)
+NAIVE_TORCH = Profile("naive-torch", "five eager PyTorch operations (max, subtract, exp, sum, divide)",
+                      reference.naive_softmax, REFERENCE_SOURCES)
+LIGER = Profile("liger", "Liger-Kernel's LigerSoftmaxFunction", _liger_forward, (),
+                unsupported=_liger_limit, requires="liger_kernel")
+
+FORWARD_PEERS = ("torch.softmax", "torch.compile", "liger")
+
+# ---- backward profiles -----------------------------------------------------------------------------------
+
+BWD_TRITON_AUTO = Profile("triton-auto", "the lab's softmax_bwd with the plan impl='auto' picks",
+                          _lab_softmax_bwd("auto"), SOFTMAX_SOURCES, plan=_plan("auto"))
+BWD_TRITON_SINGLE_BLOCK = Profile(
+    "triton-single-block", "the lab's single-block backward (y and dy read once)",
+    _lab_softmax_bwd("single_block"), SOFTMAX_SOURCES, plan=_plan("single_block"), unsupported=_single_block_limit,
+)
+BWD_TRITON_ONLINE = Profile("triton-online", "the lab's tiled backward (y and dy read twice)",
+                            _lab_softmax_bwd("online"), SOFTMAX_SOURCES, plan=_plan("online"))
+BWD_TORCH = Profile("torch", "PyTorch's softmax backward kernel (what autograd runs)",
+                    reference.torch_softmax_backward, REFERENCE_SOURCES)
+BWD_TORCH_COMPILE = Profile("torch.compile", "y * (dy - sum(y * dy)) through torch.compile",
+                            reference.compiled_softmax_backward, REFERENCE_SOURCES)
+BWD_NAIVE_TORCH = Profile("naive-torch", "the backward formula in three eager PyTorch operations",
+                          reference.softmax_backward, REFERENCE_SOURCES)
+BWD_LIGER = Profile("liger", "Liger-Kernel's softmax backward launcher", _liger_backward, (),
+                    unsupported=_liger_limit, requires="liger_kernel")
+
+BACKWARD_PEERS = ("torch", "torch.compile", "liger")

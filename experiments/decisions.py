@@ -1,0 +1,24 @@
+"""Decision records: the project's conclusions, each fed by the live verdicts of its experiments."""
+
+from experiments.spec import Decision
+
+DECISIONS = (
+    Decision(
+        slug="row-softmax",
+        title="Row softmax",
+        question="May the site present the lab's row-softmax kernel as a win over PyTorch at the seed shape?",
+        experiments=("softmax-row-fusion",),
+        if_supported="Present the row-softmax kernel as a measured win at 4096x1024 on the GPUs listed, and only there.",
+        if_rejected="Do not present the row-softmax kernel as a win: a peer was faster at 4096x1024.",
+        otherwise="Make no claim either way until the evidence is fresh and decisive.",
+    ),
+    Decision(
+        slug="softmax-dispatch",
+        title="Softmax dispatch (impl='auto')",
+        question="Does impl='auto' pick a schedule that keeps the lab's softmax level with the best peer at every row length?",
+        experiments=("softmax-fwd-sweep", "softmax-long-rows", "softmax-bwd-sweep"),
+        if_supported="Keep the current dispatch threshold and settings tables: they hold parity with the best peer at every measured point.",
+        if_rejected="Treat the dispatch as unfinished: at some row lengths a peer is faster; the sweep pages show where.",
+        otherwise="Keep the dispatch, but claim no parity until every sweep is fresh and decisive.",
+    ),
+)

@@ -1,0 +1,108 @@
+"""The shape of a declared experiment. Declarations are data: the lab machinery runs and judges them.
+
+An experiment asks one question and tests one claim: "<subject> is faster than <baselines>". Each case is
+an input shape; each profile an implementation timed doing the same work on the same inputs. The byte
+model turns a median time into model throughput (GB/s), the decision rule turns speedups into a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+Inputs = Mapping[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input shape. `shape` names its dimensions, e.g. {"M": 4096, "N": 1024}."""
+
+    name: str
+    shape: Mapping[str, int]
+    description: str = ""
+
+    def __getitem__(self, dim: str) -> int:
+        return self.shape[dim]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One implementation under test.
+
+    run: called with the experiment's inputs as keyword arguments; returns the output tensor.
+    sources: repository paths whose contents define this profile (hashed into every record: a change
+        marks old evidence stale).
+    plan: the launch plan it will use for a case and dtype, recorded beside the timing (None if opaque).
+    unsupported: a reason this profile cannot run a case and dtype (e.g. a peer's size limit), or None.
+    requires: an importable module the profile needs (an optional peer); missing means "unavailable".
+    """
+
+    name: str
+    description: str
+    run: Callable[..., torch.Tensor]
+    sources: tuple[str, ...] = ()
+    plan: Callable[[Case, torch.dtype], Mapping[str, Any] | None] | None = None
+    unsupported: Callable[[Case, torch.dtype], str | None] | None = None
+    requires: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """"<subject> is faster than <baselines>": speedup = best baseline's median / subject's median."""
+
+    subject: str
+    baselines: tuple[str, ...]
+    threshold: float = 1.0
+    statement: str = ""
+    short: str = ""  # e.g. "softmax win claim", as in "Rejected: softmax win claim"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    slug: str
+    title: str
+    question: str
+    focus: str
+    why: str
+    claim: Claim
+    cases: tuple[Case, ...]
+    dtypes: tuple[torch.dtype, ...]
+    profiles: tuple[Profile, ...]
+    make_inputs: Callable[[Case, torch.dtype, str, torch.Generator], Inputs]
+    reference: Callable[..., torch.Tensor]  # float64 result from the same inputs
+    bytes_moved: Callable[[Case, torch.dtype], int]  # the byte model (model throughput = bytes / time)
+    byte_model: str  # the same model in words, for the page: "forward: 2·M·N·size"
+    evidence_boundary: str
+    tolerance: Mapping[torch.dtype, float]  # accepted ‖out − ref‖ / ‖ref‖ per dtype
+    flops: Callable[[Case, torch.dtype], int] | None = None
+    metrics: tuple[str, ...] = ("latency", "throughput")
+    x_axis: str | None = None  # the shape dimension a sweep plots against (None: a bar chart per case)
+    decisions: tuple[str, ...] = ()  # slugs of decision records this experiment informs
+    adhoc_command: str = ""  # the console command for a quick check of one case
+    source_file: str = ""  # this declaration's path, hashed into every record
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def profile(self, name: str) -> Profile:
+        for p in self.profiles:
+            if p.name == name:
+                return p
+        raise KeyError(f"experiment {self.slug!r} has no profile {name!r}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A conclusion the project draws, owned by a decision record and fed by experiments' live verdicts.
+
+    `if_supported` / `if_rejected` / `otherwise` are the calls made for each state of the evidence: the
+    page shows the one the current verdicts select, so a decision can never outlive its evidence.
+    """
+
+    slug: str
+    title: str
+    question: str
+    experiments: tuple[str, ...]
+    if_supported: str
+    if_rejected: str
+    otherwise: str

@@ -8,12 +8,17 @@ Schedules, with the DRAM bytes each moves for an M x N input of `size`-byte elem
 * single-block: a whole row (or several short rows) lives in registers. Forward reads x once and writes y
   once: 2*M*N*size. Backward reads y and dy once and writes dx once: 3*M*N*size. Rows longer than
   MAX_SINGLE_BLOCK_N are refused: the registers spill long before that.
+* split-row: a long row is cut into slices held in the registers of cooperating programs, which merge
+  their (m, d) pairs through global memory: 2*M*N*size forward, 3*M*N*size backward, like single-block, for
+  rows too long for one program. GPU only (the programs wait for each other; the interpreter runs one
+  program at a time).
 * online: tiles of BLOCK_N columns. Pass 1 carries the running max and normaliser (m, d) through the row
   (the online-softmax recurrence), pass 2 reads x again and writes y: 3*M*N*size, any N. The backward pass
   reads y and dy twice (once for dot, once for dx): 5*M*N*size.
 
-`impl="auto"` takes single-block up to a per-dtype row length and online beyond it; AUTO_SINGLE_BLOCK_MAX_N
-records the measurement behind that threshold. The maths is written up in docs/posts (the softmax, its
+`impl="auto"` takes single-block up to a per-dtype row length and split-row beyond it (online under the
+interpreter, or past MAX_SPLITS slices); AUTO_SINGLE_BLOCK_MAX_N records the measurement behind that
+threshold. `impl="single_block"` and `impl="online"` force a schedule. The maths is written up in docs/posts (the softmax, its
 gradient and the online softmax posts).
 """
 
@@ -25,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._checks import check_device, check_dtype, normalize_dim
+from kernels._checks import check_device, check_dtype, interpreter_enabled, normalize_dim
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 IMPLS = ("auto", "single_block", "online")
@@ -129,6 +134,81 @@ def _softmax_bwd_online_kernel(
         tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
 
 
+@triton.jit
+def _softmax_fwd_split_row_kernel(
+    x_ptr, y_ptr, part_m_ptr, part_d_ptr, arrived_ptr, n_rows, n_cols, n_splits, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+):
+    # A row is cut into n_splits slices, one per program, each held in registers: x is read once and y
+    # written once (2*M*N*size bytes) however long the row. The programs of a row meet once per row, through
+    # global memory, to merge their (m, d) pairs with the online-softmax rule.
+    # The grid is persistent: a multiple of n_splits programs, no more than the GPU holds at once, each
+    # walking rows with a stride of (programs // n_splits). Siblings wait only for siblings of the same
+    # row, all resident, so the wait ends. The interpreter runs programs one at a time and never gets this
+    # schedule.
+    pid = tl.program_id(0)
+    rows_per_wave = tl.num_programs(0) // n_splits
+    part = pid % n_splits
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    for row in range(pid // n_splits, n_rows, rows_per_wave):
+        row64 = row.to(tl.int64)
+        # x stays in its storage dtype across the wait (half the registers for 16-bit inputs); the exps
+        # are computed twice rather than kept live.
+        x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=-float("inf"))
+        m = tl.max(x, axis=0).to(tl.float32)
+        m_safe = tl.where(m == -float("inf"), 0.0, m)
+        tl.store(part_m_ptr + row64 * n_splits + part, m)
+        tl.store(part_d_ptr + row64 * n_splits + part, tl.sum(tl.exp(x.to(tl.float32) - m_safe), axis=0))
+        tl.atomic_add(arrived_ptr + row, 1, sem="release")
+        arrived = tl.load(arrived_ptr + row, volatile=True)
+        while arrived < n_splits:
+            arrived = tl.load(arrived_ptr + row, volatile=True)
+        # The acquire orders the partial loads after every sibling's release; its result (== n_splits)
+        # bounds the loads, so the compiler cannot drop it.
+        arrived = tl.atomic_add(arrived_ptr + row, 0, sem="acquire")
+        parts = row64 * n_splits + tl.arange(0, SPLITS_POW2)
+        in_row = tl.arange(0, SPLITS_POW2) < arrived
+        pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
+        pd = tl.load(part_d_ptr + parts, mask=in_row, other=0.0, volatile=True)
+        m_row = tl.max(pm, axis=0)
+        # Slices of only -inf hold d = 0; a row of only -inf gives d_row = NaN, as torch does.
+        d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
+        d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
+        y = tl.exp(x.to(tl.float32) - m_row) * (1.0 / d_row)
+        tl.store(y_ptr + row64 * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_split_row_kernel(
+    y_ptr, dy_ptr, dx_ptr, part_dot_ptr, arrived_ptr, n_rows, n_cols, n_splits,
+    y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+):
+    # The backward of the split-row schedule: each program holds a slice of y and dy, the programs of a row
+    # add their partial dots through global memory, then each writes its slice of dx: 3*M*N*size bytes.
+    pid = tl.program_id(0)
+    rows_per_wave = tl.num_programs(0) // n_splits
+    part = pid % n_splits
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    for row in range(pid // n_splits, n_rows, rows_per_wave):
+        row64 = row.to(tl.int64)
+        y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(part_dot_ptr + row64 * n_splits + part, tl.sum(y * dy, axis=0))
+        tl.atomic_add(arrived_ptr + row, 1, sem="release")
+        arrived = tl.load(arrived_ptr + row, volatile=True)
+        while arrived < n_splits:
+            arrived = tl.load(arrived_ptr + row, volatile=True)
+        arrived = tl.atomic_add(arrived_ptr + row, 0, sem="acquire")
+        parts = row64 * n_splits + tl.arange(0, SPLITS_POW2)
+        in_row = tl.arange(0, SPLITS_POW2) < arrived
+        dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
+        dx = y * (dy - dot)
+        tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Launch plan: pure functions of the shape and dtype, tested on both sides of every threshold
 # --------------------------------------------------------------------------------------------------------
@@ -137,48 +217,75 @@ def _softmax_bwd_online_kernel(
 # the compiler refuses larger blocks.
 MAX_SINGLE_BLOCK_N = 131072
 
-# impl="auto": single-block up to and including this N, online above it. Measured on an H100 80GB HBM3,
-# forward, M*N*size >= 256 MiB, L2 flushed (experiment `softmax-long-rows`): see the closing table of
-# docs/posts/online-softmax.md, generated from the run record.
+# impl="auto": single-block up to and including this N; above it split-row on a GPU, online under the
+# interpreter. Measured on an H100 80GB HBM3, forward, M*N*size >= 256 MiB, L2 flushed (experiment
+# `softmax-long-rows`; the numbers are in docs/notes/softmax-tuning.md).
 AUTO_SINGLE_BLOCK_MAX_N = {torch.float32: 32768, torch.float16: 32768, torch.bfloat16: 32768}
 
 # Single-block settings, by padded row length: (largest BLOCK_N, num_warps). Larger rows need more warps
 # to keep the per-thread register footprint near 32-64 elements.
-_SINGLE_BLOCK_WARPS = ((1024, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32))
-# Short rows share a program so each program still moves about this many elements.
-_ELEMENTS_PER_PROGRAM = 2048
+_SINGLE_BLOCK_WARPS = ((2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32))
+# Short rows share a program until it reads this many bytes of x, by element size (bytes).
+_BYTES_PER_PROGRAM = {4: 2048, 2: 4096}
 _MIN_BLOCK_N = 16
 
 # Online settings: tile width by element size (bytes); one tile is 16 KiB of input per program.
 _ONLINE_BLOCK_N = {4: 4096, 2: 8192}
 _ONLINE_WARPS = 8
 
+# Split-row settings by element size: (slice width BLOCK_N, num_warps). A row needs all its slices resident
+# at once, so the number of slices is capped far below what one wave of 132 SMs holds.
+_SPLIT_ROW_SETTINGS = {4: (8192, 4), 2: (8192, 4)}
+MAX_SPLITS = 64
+_MAX_PROGRAMS_PER_SM = 8
+
 
 @dataclass(frozen=True)
 class SoftmaxPlan:
     """How one launch is laid out. Recorded next to every timing the lab takes."""
 
-    impl: str  # "single_block" or "online"
+    impl: str  # "single_block", "online" or "split_row"
     block_n: int
     rows_per_program: int
     num_warps: int
-    grid: int
+    grid: int  # programs launched; split_row launches at most one resident wave of them
+    splits: int = 1  # programs per row (split_row only)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def choose_impl(n_cols: int, dtype: torch.dtype) -> str:
-    """The schedule impl="auto" runs for rows of `n_cols` elements of `dtype`."""
-    return "single_block" if n_cols <= AUTO_SINGLE_BLOCK_MAX_N[dtype] else "online"
+def choose_impl(n_cols: int, dtype: torch.dtype, allow_split_row: bool | None = None) -> str:
+    """The schedule impl="auto" runs for rows of `n_cols` elements of `dtype`.
+
+    allow_split_row: whether programs may wait for each other; None means "unless Triton's interpreter
+    runs the kernels" (it runs one program at a time, so such a wait would never end).
+    """
+    if allow_split_row is None:
+        allow_split_row = not interpreter_enabled()
+    if n_cols <= AUTO_SINGLE_BLOCK_MAX_N[dtype]:
+        return "single_block"
+    if allow_split_row and _split_row_count(n_cols, dtype) <= MAX_SPLITS:
+        return "split_row"
+    return "online"
 
 
-def plan_softmax(n_rows: int, n_cols: int, dtype: torch.dtype, impl: str = "auto") -> SoftmaxPlan:
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _split_row_count(n_cols: int, dtype: torch.dtype) -> int:
+    return triton.cdiv(n_cols, _SPLIT_ROW_SETTINGS[_element_size(dtype)][0])
+
+
+def plan_softmax(
+    n_rows: int, n_cols: int, dtype: torch.dtype, impl: str = "auto", allow_split_row: bool | None = None
+) -> SoftmaxPlan:
     """Launch plan for a row softmax (forward or backward) over an n_rows x n_cols matrix."""
     if impl not in IMPLS:
         raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
     if impl == "auto":
-        impl = choose_impl(n_cols, dtype)
+        impl = choose_impl(n_cols, dtype, allow_split_row)
     if impl == "single_block":
         block_n = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols))
         if block_n > MAX_SINGLE_BLOCK_N:
@@ -187,16 +294,53 @@ def plan_softmax(n_rows: int, n_cols: int, dtype: torch.dtype, impl: str = "auto
                 f"got N = {n_cols}; use impl='online' or impl='auto'."
             )
         num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS if block_n <= limit)
-        rows = max(1, _ELEMENTS_PER_PROGRAM // block_n)
+        rows = max(1, _BYTES_PER_PROGRAM[_element_size(dtype)] // (block_n * _element_size(dtype)))
         return SoftmaxPlan("single_block", block_n, rows, num_warps, triton.cdiv(n_rows, rows))
-    size = torch.empty((), dtype=dtype).element_size()
-    block_n = min(_ONLINE_BLOCK_N[size], max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols)))
+    if impl == "split_row":
+        block_n, num_warps = _SPLIT_ROW_SETTINGS[_element_size(dtype)]
+        splits = triton.cdiv(n_cols, block_n)
+        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits)
+    block_n = min(_ONLINE_BLOCK_N[_element_size(dtype)], max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols)))
     return SoftmaxPlan("online", block_n, 1, _ONLINE_WARPS, n_rows)
 
 
 # --------------------------------------------------------------------------------------------------------
 # Launchers (2-D, rows contiguous in their last dimension)
 # --------------------------------------------------------------------------------------------------------
+
+
+_WAVE_CACHE: dict = {}
+
+
+def _programs_per_wave(kernel, args: tuple, meta: dict, device: torch.device) -> int:
+    """How many programs of this compiled kernel the GPU holds at once (registers, threads, shared memory).
+
+    The split-row grid must never exceed it: its programs wait for each other.
+    """
+    key = (kernel.fn.__name__, device.index, tuple(sorted(meta.items())), args[0].dtype)
+    if key not in _WAVE_CACHE:
+        compiled = kernel.warmup(*args, grid=(1,), **meta)
+        compiled._init_handles()
+        props = torch.cuda.get_device_properties(device)
+        warps = meta["num_warps"]
+        regs_per_warp = triton.cdiv(compiled.n_regs * 32, 256) * 256  # registers are granted per warp, by 256
+        per_sm = min(
+            getattr(props, "regs_per_multiprocessor", 65536) // (regs_per_warp * warps),
+            props.max_threads_per_multi_processor // (32 * warps),
+            props.shared_memory_per_multiprocessor // max(compiled.metadata.shared, 1),
+            _MAX_PROGRAMS_PER_SM,
+        )
+        _WAVE_CACHE[key] = max(per_sm, 1) * props.multi_processor_count
+    return _WAVE_CACHE[key]
+
+
+def _launch_split_row(kernel, n_rows: int, plan: SoftmaxPlan, args: tuple, device: torch.device) -> None:
+    meta = dict(BLOCK_N=plan.block_n, SPLITS_POW2=triton.next_power_of_2(plan.splits), num_warps=plan.num_warps)
+    wave = _programs_per_wave(kernel, args, meta, device)
+    if wave < plan.splits:
+        raise RuntimeError(f"softmax: {plan.splits} split-row programs per row do not fit on this GPU at once.")
+    grid = min(n_rows, wave // plan.splits) * plan.splits
+    kernel[(grid,)](*args, **meta)
 
 
 def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -208,6 +352,11 @@ def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = N
             x, y, n_rows, n_cols, x.stride(0), y.stride(0),
             BLOCK_N=plan.block_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=plan.num_warps,
         )
+    elif plan.impl == "split_row":
+        part_m, part_d = torch.empty((2, n_rows * plan.splits), dtype=torch.float32, device=x.device)
+        arrived = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
+        args = (x, y, part_m, part_d, arrived, n_rows, n_cols, plan.splits, x.stride(0), y.stride(0))
+        _launch_split_row(_softmax_fwd_split_row_kernel, n_rows, plan, args, x.device)
     else:
         _softmax_fwd_online_kernel[(plan.grid,)](
             x, y, n_cols, x.stride(0), y.stride(0), BLOCK_N=plan.block_n, num_warps=plan.num_warps,
@@ -226,6 +375,11 @@ def softmax_bwd(
             y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
             BLOCK_N=plan.block_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=plan.num_warps,
         )
+    elif plan.impl == "split_row":
+        part_dot = torch.empty(n_rows * plan.splits, dtype=torch.float32, device=y.device)
+        arrived = torch.zeros(n_rows, dtype=torch.int32, device=y.device)
+        args = (y, dy, dx, part_dot, arrived, n_rows, n_cols, plan.splits, y.stride(0), dy.stride(0), dx.stride(0))
+        _launch_split_row(_softmax_bwd_split_row_kernel, n_rows, plan, args, y.device)
     else:
         _softmax_bwd_online_kernel[(plan.grid,)](
             y, dy, dx, n_cols, y.stride(0), dy.stride(0), dx.stride(0),

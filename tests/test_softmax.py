@@ -27,6 +27,7 @@ from kernels import reference
 from kernels.softmax import (
     AUTO_SINGLE_BLOCK_MAX_N,
     MAX_SINGLE_BLOCK_N,
+    MAX_SPLITS,
     SoftmaxPlan,
     choose_impl,
     plan_softmax,
@@ -368,7 +369,7 @@ def test_cpu_tensor_without_interpreter_names_both_ways_out(monkeypatch):
 def test_single_block_refuses_rows_past_its_limit():
     with pytest.raises(ValueError, match=f"N <= {MAX_SINGLE_BLOCK_N}.*impl='online'"):
         plan_softmax(4, MAX_SINGLE_BLOCK_N + 1, torch.float32, "single_block")
-    assert plan_softmax(4, MAX_SINGLE_BLOCK_N + 1, torch.float32, "auto").impl == "online"
+    assert plan_softmax(4, MAX_SINGLE_BLOCK_N + 1, torch.float32, "auto").impl in ("online", "split_row")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -377,12 +378,29 @@ def test_single_block_refuses_rows_past_its_limit():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_auto_dispatch_on_each_side_of_threshold(dtype, monkeypatch):
+def test_auto_dispatch_on_each_side_of_threshold(dtype):
     limit = AUTO_SINGLE_BLOCK_MAX_N[dtype]
-    assert choose_impl(limit, dtype) == "single_block"
-    assert choose_impl(limit + 1, dtype) == "online"
-    assert plan_softmax(8, limit, dtype).impl == "single_block"
-    assert plan_softmax(8, limit + 1, dtype).impl == "online"
+    for allow_split_row, long_row_impl in [(True, "split_row"), (False, "online")]:
+        assert choose_impl(limit, dtype, allow_split_row) == "single_block"
+        assert choose_impl(limit + 1, dtype, allow_split_row) == long_row_impl
+        assert plan_softmax(8, limit, dtype, "auto", allow_split_row).impl == "single_block"
+        assert plan_softmax(8, limit + 1, dtype, "auto", allow_split_row).impl == long_row_impl
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_row_gives_way_to_online_past_max_splits(dtype):
+    block_n = plan_softmax(1, 40000, dtype, "auto", True).block_n
+    assert choose_impl(MAX_SPLITS * block_n, dtype, True) == "split_row"
+    assert choose_impl(MAX_SPLITS * block_n + 1, dtype, True) == "online"
+    plan = plan_softmax(3, MAX_SPLITS * block_n, dtype, "auto", True)
+    assert (plan.splits, plan.grid) == (MAX_SPLITS, 3 * MAX_SPLITS)
+
+
+def test_interpreter_never_plans_split_row(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert choose_impl(100000, torch.float32) == "online"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert choose_impl(100000, torch.float32) == "split_row"
 
 
 def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, monkeypatch):
@@ -398,13 +416,20 @@ def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, 
 
 @pytest.mark.parametrize(
     "n,block_n,warps,rows",
-    [(1, 16, 4, 128), (16, 16, 4, 128), (17, 32, 4, 64), (1024, 1024, 4, 2), (1025, 2048, 8, 1),
-     (4096, 4096, 8, 1), (4097, 8192, 16, 1), (16384, 16384, 16, 1), (16385, 32768, 32, 1)],
+    [(1, 16, 4, 32), (16, 16, 4, 32), (17, 32, 4, 16), (512, 512, 4, 1), (1024, 1024, 4, 1), (2048, 2048, 4, 1),
+     (2049, 4096, 8, 1), (4096, 4096, 8, 1), (4097, 8192, 16, 1), (16384, 16384, 16, 1), (16385, 32768, 32, 1)],
 )
 def test_single_block_settings_table(n, block_n, warps, rows):
     plan = plan_softmax(1000, n, torch.float32, "single_block")
     assert (plan.block_n, plan.num_warps, plan.rows_per_program) == (block_n, warps, rows)
     assert plan.grid == -(-1000 // rows)
+
+
+@pytest.mark.parametrize("n,rows", [(256, 8), (512, 4), (1024, 2), (2048, 1)])
+def test_short_rows_share_a_program_by_bytes(n, rows):
+    # 16-bit rows pack twice as many per program as fp32 rows of the same length (4 KiB against 2 KiB).
+    assert plan_softmax(100, n, torch.bfloat16, "single_block").rows_per_program == rows
+    assert plan_softmax(100, n, torch.float32, "single_block").rows_per_program == max(1, rows // 4)
 
 
 @pytest.mark.parametrize("dtype,n,block_n", [(torch.float32, 100, 128), (torch.float32, 10**6, 4096),
@@ -419,3 +444,55 @@ def test_kernels_package_is_this_repository():
     from pathlib import Path
 
     assert Path(kernels.__file__).resolve().parent == Path(__file__).resolve().parents[1] / "kernels"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Split-row (GPU only: its programs wait for each other, the interpreter runs one program at a time)
+# ---------------------------------------------------------------------------------------------------------
+
+needs_gpu = pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="split-row programs wait on each other; Triton's interpreter runs one program at a time",
+)
+
+
+@needs_gpu
+@pytest.mark.parametrize("n", [32769, 70000, 262144])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_row_forward_and_backward(dtype, n, device, gen):
+    m = 7
+    x = _draw((m, n), dtype, device, gen)
+    plan = plan_softmax(m, n, dtype, "auto", allow_split_row=True)
+    assert plan.impl == "split_row"
+    y = softmax_fwd(x, plan, out=torch.full_like(x, float("nan")))
+    _assert_close_to_float64(y, x)
+    dy = _draw((m, n), dtype, device, gen, scale=1.0)
+    dx = softmax_bwd(y, dy, plan, out=torch.full_like(x, float("nan")))
+    assert not torch.isnan(dx).any()
+    assert _rel_err(dx, reference.softmax_backward(y.double(), dy.double())) <= BOUNDS[dtype][2]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_row_special_values(dtype, device):
+    n = 3 * plan_softmax(1, 40000, dtype, "auto", True).block_n + 5
+    x = torch.full((len(SPECIAL_ROWS) + 1, n), -INF)
+    x[:-1, :4] = torch.tensor(SPECIAL_ROWS)
+    x[:-1, -4:] = torch.tensor(SPECIAL_ROWS)
+    x[-1, -1] = -1e30 if dtype != torch.float16 else -60000.0  # slices of only -inf beside a very negative max
+    x = x.to(dtype).to(device)
+    y = softmax_fwd(x, plan_softmax(x.shape[0], n, dtype, "auto", True)).float().cpu()
+    expected = torch.softmax(x.float().cpu(), -1)
+    assert torch.equal(torch.isnan(y), torch.isnan(expected))
+    finite = ~torch.isnan(expected)
+    torch.testing.assert_close(y[finite], expected[finite], rtol=BOUNDS[dtype][0], atol=0)
+
+
+@needs_gpu
+def test_split_row_through_autograd(device, gen):
+    x = _draw((3, 100000), torch.bfloat16, device, gen).requires_grad_()
+    dy = _draw((3, 100000), torch.bfloat16, device, gen, scale=1.0)
+    softmax(x).backward(dy)
+    x64 = x.detach().double().requires_grad_()
+    torch.softmax(x64, -1).backward(dy.double())
+    assert _rel_err(x.grad, x64.grad) <= BOUNDS[torch.bfloat16][2]

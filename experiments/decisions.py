@@ -21,4 +21,19 @@ DECISIONS = (
         if_rejected="Treat the dispatch as unfinished: at some row lengths a peer is faster; the sweep pages show where.",
         otherwise="Keep the dispatch, but claim no parity until every sweep is fresh and decisive.",
     ),
+    Decision(
+        slug="rmsnorm-linear-fusion",
+        title="Fused RMSNorm + linear",
+        question="Should the lab recommend its fused RMSNorm + linear kernel over the unfused PyTorch pair for inference?",
+        experiments=("rmsnorm-linear-decode", "rmsnorm-linear-prefill"),
+        if_supported=(
+            "Recommend the fused kernel at the measured decode and prefill shapes on the GPUs listed: it beat the "
+            "best PyTorch path by the declared margins."
+        ),
+        if_rejected=(
+            "Do not present the fused kernel as a speed-up: at some measured shape the unfused PyTorch pair or "
+            "torch.compile was faster; the experiment pages show where and by how much."
+        ),
+        otherwise="Make no claim for or against the fusion until both shape classes have fresh, decisive evidence.",
+    ),
 )

@@ -82,6 +82,9 @@ class Experiment:
     decisions: tuple[str, ...] = ()  # slugs of decision records this experiment informs
     adhoc_command: str = ""  # the console command for a quick check of one case
     source_file: str = ""  # this declaration's path, hashed into every record
+    # Inputs whose row i alone decides output row i. Naming them lets the runner check a huge case on its
+    # first and last rows only (the float64 reference of every row would cost more than the run).
+    row_inputs: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def profile(self, name: str) -> Profile:

@@ -4,6 +4,7 @@ Set TRITON_INTERPRET=1 before importing this package to run the kernels on the C
 interpreter (slow; the test suite does this on machines without CUDA).
 """
 
+from kernels.rmsnorm_linear import rmsnorm_linear
 from kernels.softmax import softmax
 
-__all__ = ["softmax"]
+__all__ = ["rmsnorm_linear", "softmax"]

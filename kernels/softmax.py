@@ -137,7 +137,7 @@ def _softmax_bwd_online_kernel(
 @triton.jit
 def _softmax_fwd_split_row_kernel(
     x_ptr, y_ptr, part_m_ptr, part_d_ptr, arrived_ptr, n_rows, n_cols, n_splits, x_row_stride, y_row_stride,
-    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     # A row is cut into n_splits slices, one per program, each held in registers: x is read once and y
     # written once (2*M*N*size bytes) however long the row. The programs of a row meet once per row, through
@@ -155,7 +155,10 @@ def _softmax_fwd_split_row_kernel(
         row64 = row.to(tl.int64)
         # x stays in its storage dtype across the wait (half the registers for 16-bit inputs); the exps
         # are computed twice rather than kept live.
-        x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=-float("inf"))
+        if EVEN_N:  # whole slices: no masks, which cost a third of the registers
+            x = tl.load(x_ptr + row64 * x_row_stride + cols)
+        else:
+            x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=-float("inf"))
         m = tl.max(x, axis=0).to(tl.float32)
         m_safe = tl.where(m == -float("inf"), 0.0, m)
         tl.store(part_m_ptr + row64 * n_splits + part, m)
@@ -176,14 +179,17 @@ def _softmax_fwd_split_row_kernel(
         d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
         d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
         y = tl.exp(x.to(tl.float32) - m_row) * (1.0 / d_row)
-        tl.store(y_ptr + row64 * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+        if EVEN_N:
+            tl.store(y_ptr + row64 * y_row_stride + cols, y.to(y_ptr.dtype.element_ty))
+        else:
+            tl.store(y_ptr + row64 * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _softmax_bwd_split_row_kernel(
     y_ptr, dy_ptr, dx_ptr, part_dot_ptr, arrived_ptr, n_rows, n_cols, n_splits,
     y_row_stride, dy_row_stride, dx_row_stride,
-    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     # The backward of the split-row schedule: each program holds a slice of y and dy, the programs of a row
     # add their partial dots through global memory, then each writes its slice of dx: 3*M*N*size bytes.
@@ -194,8 +200,12 @@ def _softmax_bwd_split_row_kernel(
     mask = cols < n_cols
     for row in range(pid // n_splits, n_rows, rows_per_wave):
         row64 = row.to(tl.int64)
-        y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+        if EVEN_N:
+            y = tl.load(y_ptr + row64 * y_row_stride + cols).to(tl.float32)
+            dy = tl.load(dy_ptr + row64 * dy_row_stride + cols).to(tl.float32)
+        else:
+            y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(part_dot_ptr + row64 * n_splits + part, tl.sum(y * dy, axis=0))
         tl.atomic_add(arrived_ptr + row, 1, sem="release")
         arrived = tl.load(arrived_ptr + row, volatile=True)
@@ -206,7 +216,10 @@ def _softmax_bwd_split_row_kernel(
         in_row = tl.arange(0, SPLITS_POW2) < arrived
         dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
         dx = y * (dy - dot)
-        tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        if EVEN_N:
+            tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty))
+        else:
+            tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -334,8 +347,11 @@ def _programs_per_wave(kernel, args: tuple, meta: dict, device: torch.device) ->
     return _WAVE_CACHE[key]
 
 
-def _launch_split_row(kernel, n_rows: int, plan: SoftmaxPlan, args: tuple, device: torch.device) -> None:
-    meta = dict(BLOCK_N=plan.block_n, SPLITS_POW2=triton.next_power_of_2(plan.splits), num_warps=plan.num_warps)
+def _launch_split_row(kernel, n_rows: int, n_cols: int, plan: SoftmaxPlan, args: tuple, device: torch.device) -> None:
+    meta = dict(
+        BLOCK_N=plan.block_n, SPLITS_POW2=triton.next_power_of_2(plan.splits), EVEN_N=n_cols % plan.block_n == 0,
+        num_warps=plan.num_warps,
+    )
     wave = _programs_per_wave(kernel, args, meta, device)
     if wave < plan.splits:
         raise RuntimeError(f"softmax: {plan.splits} split-row programs per row do not fit on this GPU at once.")
@@ -356,7 +372,7 @@ def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = N
         part_m, part_d = torch.empty((2, n_rows * plan.splits), dtype=torch.float32, device=x.device)
         arrived = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         args = (x, y, part_m, part_d, arrived, n_rows, n_cols, plan.splits, x.stride(0), y.stride(0))
-        _launch_split_row(_softmax_fwd_split_row_kernel, n_rows, plan, args, x.device)
+        _launch_split_row(_softmax_fwd_split_row_kernel, n_rows, n_cols, plan, args, x.device)
     else:
         _softmax_fwd_online_kernel[(plan.grid,)](
             x, y, n_cols, x.stride(0), y.stride(0), BLOCK_N=plan.block_n, num_warps=plan.num_warps,
@@ -379,7 +395,7 @@ def softmax_bwd(
         part_dot = torch.empty(n_rows * plan.splits, dtype=torch.float32, device=y.device)
         arrived = torch.zeros(n_rows, dtype=torch.int32, device=y.device)
         args = (y, dy, dx, part_dot, arrived, n_rows, n_cols, plan.splits, y.stride(0), dy.stride(0), dx.stride(0))
-        _launch_split_row(_softmax_bwd_split_row_kernel, n_rows, plan, args, y.device)
+        _launch_split_row(_softmax_bwd_split_row_kernel, n_rows, n_cols, plan, args, y.device)
     else:
         _softmax_bwd_online_kernel[(plan.grid,)](
             y, dy, dx, n_cols, y.stride(0), dy.stride(0), dx.stride(0),

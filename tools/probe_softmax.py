@@ -92,7 +92,7 @@ def backward_variants(m: int, n: int, dtype: torch.dtype):
                 yield f"split_row/b{block_n}w{warps}", SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
 
 
-def run(quick: bool) -> dict:
+def run(quick: bool, min_n: int = 0) -> dict:
     torch.manual_seed(0)
     out: dict = {
         "gpu": torch.cuda.get_device_name(),
@@ -111,6 +111,7 @@ def run(quick: bool) -> dict:
     shapes += [(32768, 256), (32768, 512), (4096, 1024)]
     if quick:
         shapes = shapes[::3]
+    shapes = [(m, n) for m, n in shapes if n >= min_n]
     for dtype in (torch.bfloat16, torch.float32, torch.float16):
         for m, n in shapes:
             if dtype == torch.float16 and (m, n) != (4096, 1024):
@@ -178,12 +179,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="every third shape only")
+    parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
-    result = run(args.quick)
+    result = run(args.quick, args.min_n)
     result["wall_s"] = time.time() - start
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
     summarize(result)

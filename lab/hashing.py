@@ -1,0 +1,74 @@
+"""Source hashes: which files define an experiment, their sha256, and whether a record is still current.
+
+An experiment's evidence depends on its declaration file, on every file a profile names in `sources`, and
+on the files that define the callables it runs (profiles, inputs, reference, byte model: e.g. the shared
+experiments/_softmax.py). Each record stores the sha256 of all of them; when any differs from the tree
+now, the record is stale: it measured code that no longer exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from experiments.spec import Experiment
+
+MISSING = "missing"  # the hash recorded for a declared source file that does not exist
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _defining_file(fn: Callable[..., Any] | None) -> Path | None:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if fn is None:
+        return None
+    try:
+        source = inspect.getsourcefile(inspect.unwrap(fn))
+    except TypeError:  # builtins and C extensions have no source file
+        return None
+    return Path(source).resolve() if source else None
+
+
+def _callables(experiment: Experiment) -> Iterable[Callable[..., Any] | None]:
+    yield from (experiment.make_inputs, experiment.reference, experiment.bytes_moved, experiment.flops)
+    for profile in experiment.profiles:
+        yield from (profile.run, profile.plan, profile.unsupported)
+
+
+def source_files(experiment: Experiment, root: Path) -> list[str]:
+    """Repository-relative paths (POSIX style, sorted) of the files whose contents define `experiment`.
+
+    Files outside `root` (installed packages such as torch or an optional peer) are left out: their
+    versions are recorded in the environment instead.
+    """
+    root = Path(root).resolve()
+    paths = {p for p in (experiment.source_file, *(s for prof in experiment.profiles for s in prof.sources)) if p}
+    for fn in _callables(experiment):
+        found = _defining_file(fn)
+        if found is not None and found.is_relative_to(root):
+            paths.add(found.relative_to(root).as_posix())
+    return sorted(paths)
+
+
+def source_hashes(experiment: Experiment, root: Path) -> dict[str, str]:
+    """sha256 of each of `experiment`'s source files under `root` (MISSING for a declared file that is not there)."""
+    hashes = {}
+    for rel in source_files(experiment, root):
+        path = Path(root) / rel
+        hashes[rel] = sha256_file(path) if path.is_file() else MISSING
+    return hashes
+
+
+def changed_sources(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """Paths whose hash differs between a record and the tree now, including files only one side has."""
+    return sorted(p for p in set(recorded) | set(current) if recorded.get(p) != current.get(p))

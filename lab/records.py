@@ -1,0 +1,427 @@
+"""Run records: the schema, atomic writing, and loading with validation.
+
+One run of one experiment on one device is one JSON file, records/<slug>/<run-id>.json, written once and
+never changed. The file holds everything a page needs and everything a reader needs to judge it: raw
+samples, the environment, the source hashes that tell whether the evidence is still current.
+
+Loading never trusts a file: a record that does not parse, misses a field, has a field of the wrong type
+or carries an unknown schema version becomes a RecordProblem (file + problem) and is skipped, so one bad
+file cannot hide the others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+KNOWN_SCHEMA_VERSIONS = (1,)
+
+STATUSES = ("ok", "incorrect", "error", "unsupported", "unavailable")
+GPU_EVIDENCE = "gpu"
+CPU_EVIDENCE = "cpu-interpreter: not performance evidence"
+
+
+class RecordError(ValueError):
+    """A record's content does not match the schema; the message names the field and what was expected."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Field checks: each names the field's path in the record and what it accepts
+# --------------------------------------------------------------------------------------------------------
+
+
+def _field(data: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise RecordError(f"{where}: missing field {key!r}")
+    return data[key]
+
+
+def _str(data, key, where, *, optional=False) -> str | None:
+    value = _field(data, key, where)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise RecordError(f"{where}.{key}: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _int(data, key, where, *, optional=False) -> int | None:
+    value = _field(data, key, where)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RecordError(f"{where}.{key}: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RecordError(f"{where}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _float(data, key, where, *, optional=False) -> float | None:
+    value = _field(data, key, where)
+    if value is None and optional:
+        return None
+    return _number(value, f"{where}.{key}")
+
+
+def _samples(data, key, where) -> tuple[float, ...]:
+    value = _field(data, key, where)
+    if not isinstance(value, list):
+        raise RecordError(f"{where}.{key}: expected a list of times in ms, got {type(value).__name__}")
+    samples = tuple(_number(v, f"{where}.{key}[{i}]") for i, v in enumerate(value))
+    if any(s < 0 for s in samples):
+        raise RecordError(f"{where}.{key}: times cannot be negative")
+    return samples
+
+
+def _dict(data, key, where, *, optional=False) -> dict | None:
+    value = _field(data, key, where)
+    if value is None and optional:
+        return None
+    if not isinstance(value, dict):
+        raise RecordError(f"{where}.{key}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(data, key, where) -> list:
+    value = _field(data, key, where)
+    if not isinstance(value, list):
+        raise RecordError(f"{where}.{key}: expected a list, got {type(value).__name__}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    """One profile at one case and dtype.
+
+    status: "ok" (correct and timed), "incorrect" (failed the accuracy check: not timed, never in a
+    verdict), "error" (raised: `error` holds the exception), "unsupported" (the profile declines the
+    case: `reason`), "unavailable" (an optional peer that does not import: `reason`).
+    samples_ms are the raw per-call times; p20/p50/p80 and the throughput figures derive from them.
+    `profiling` is reserved for per-point profiler metrics (e.g. Nsight Compute) and is None without them.
+    """
+
+    status: str
+    plan: dict | None = None
+    samples_ms: tuple[float, ...] = ()
+    p20_ms: float | None = None
+    p50_ms: float | None = None
+    p80_ms: float | None = None
+    gbps: float | None = None
+    pct_of_ceiling: float | None = None
+    tflops: float | None = None
+    rel_error: float | None = None
+    error: str | None = None
+    reason: str | None = None
+    profiling: dict | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "ProfileResult":
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        status = _str(data, "status", where)
+        if status not in STATUSES:
+            raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
+        result = cls(
+            status=status,
+            plan=_dict(data, "plan", where, optional=True),
+            samples_ms=_samples(data, "samples_ms", where),
+            p20_ms=_float(data, "p20_ms", where, optional=True),
+            p50_ms=_float(data, "p50_ms", where, optional=True),
+            p80_ms=_float(data, "p80_ms", where, optional=True),
+            gbps=_float(data, "gbps", where, optional=True),
+            pct_of_ceiling=_float(data, "pct_of_ceiling", where, optional=True),
+            tflops=_float(data, "tflops", where, optional=True),
+            rel_error=_float(data, "rel_error", where, optional=True),
+            error=_str(data, "error", where, optional=True),
+            reason=_str(data, "reason", where, optional=True),
+            profiling=_dict(data, "profiling", where, optional=True) if "profiling" in data else None,
+        )
+        if status == "ok" and (not result.samples_ms or result.p50_ms is None):
+            raise RecordError(f"{where}: status 'ok' needs samples_ms and p50_ms")
+        return result
+
+
+@dataclass(frozen=True)
+class Point:
+    """One case at one dtype: the inputs every profile shared and each profile's result.
+
+    checked_rows: None when the accuracy check covered every row, else {"first": k, "last": k, "of": M}.
+    """
+
+    case: str
+    shape: dict[str, int]
+    dtype: str
+    bytes_moved: int
+    flops: int | None
+    tolerance: float
+    input_seed: int
+    checked_rows: dict | None
+    results: dict[str, ProfileResult]
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "Point":
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        shape = _dict(data, "shape", where)
+        for dim, size in shape.items():
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise RecordError(f"{where}.shape.{dim}: expected an integer, got {size!r}")
+        results = _dict(data, "results", where)
+        return cls(
+            case=_str(data, "case", where),
+            shape=dict(shape),
+            dtype=_str(data, "dtype", where),
+            bytes_moved=_int(data, "bytes_moved", where),
+            flops=_int(data, "flops", where, optional=True),
+            tolerance=_float(data, "tolerance", where),
+            input_seed=_int(data, "input_seed", where),
+            checked_rows=_dict(data, "checked_rows", where, optional=True),
+            results={
+                name: ProfileResult.from_dict(result, f"{where}.results[{name!r}]")
+                for name, result in results.items()
+            },
+        )
+
+
+@dataclass(frozen=True)
+class CopyCeiling:
+    """The device-to-device copy bandwidth measured in the same run: read + write bytes over the median."""
+
+    gbps: float
+    bytes_copied: int
+    samples_ms: tuple[float, ...]
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "CopyCeiling":
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        return cls(
+            gbps=_float(data, "gbps", where),
+            bytes_copied=_int(data, "bytes_copied", where),
+            samples_ms=_samples(data, "samples_ms", where),
+        )
+
+
+@dataclass(frozen=True)
+class TimingMethod:
+    """How the samples were taken, so a reader can judge (and a later run can repeat) them."""
+
+    clock: str  # "cuda-events" or "wall-clock"
+    l2_flush_bytes: int
+    warmup_rounds: int
+    min_samples: int
+    max_samples: int
+    target_seconds: float
+    order: str
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "TimingMethod":
+        if not isinstance(data, dict):
+            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        return cls(
+            clock=_str(data, "clock", where),
+            l2_flush_bytes=_int(data, "l2_flush_bytes", where),
+            warmup_rounds=_int(data, "warmup_rounds", where),
+            min_samples=_int(data, "min_samples", where),
+            max_samples=_int(data, "max_samples", where),
+            target_seconds=_float(data, "target_seconds", where),
+            order=_str(data, "order", where),
+        )
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of one experiment on one device (the whole file)."""
+
+    schema_version: int
+    run_id: str
+    experiment: str
+    started_utc: str
+    finished_utc: str
+    command: tuple[str, ...]
+    git: dict
+    hashes: dict[str, str]
+    environment: dict
+    evidence: str
+    copy_ceiling: CopyCeiling
+    timing: TimingMethod
+    points: tuple[Point, ...]
+    path: Path | None = field(default=None, compare=False)
+
+    @property
+    def gpu_key(self) -> str:
+        return self.environment["gpu_key"]
+
+    @property
+    def gpu_name(self) -> str:
+        return self.environment["gpu_name"]
+
+    @property
+    def is_performance_evidence(self) -> bool:
+        return self.evidence == GPU_EVIDENCE
+
+    def to_json(self) -> str:
+        """The file's text: sorted keys and an indent, so a diff of two records reads line by line."""
+        data = asdict(self)
+        del data["path"]
+        return json.dumps(data, indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any, path: Path | None = None) -> "RunRecord":
+        where = "record"
+        if not isinstance(data, dict):
+            raise RecordError(f"expected a JSON object at the top level, got {type(data).__name__}")
+        version = _field(data, "schema_version", where)
+        if version not in KNOWN_SCHEMA_VERSIONS:
+            known = ", ".join(map(str, KNOWN_SCHEMA_VERSIONS))
+            raise RecordError(f"unknown schema_version {version!r}; this lab reads version(s) {known}")
+        command = _list(data, "command", where)
+        if not all(isinstance(arg, str) for arg in command):
+            raise RecordError(f"{where}.command: expected a list of strings")
+        hashes = _dict(data, "hashes", where)
+        if not all(isinstance(v, str) for v in hashes.values()):
+            raise RecordError(f"{where}.hashes: expected path -> sha256 strings")
+        environment = _dict(data, "environment", where)
+        _str(environment, "gpu_key", f"{where}.environment")
+        _str(environment, "gpu_name", f"{where}.environment")
+        evidence = _str(data, "evidence", where)
+        if evidence not in (GPU_EVIDENCE, CPU_EVIDENCE):
+            raise RecordError(f"{where}.evidence: expected {GPU_EVIDENCE!r} or {CPU_EVIDENCE!r}, got {evidence!r}")
+        git = _dict(data, "git", where)
+        _str(git, "commit", f"{where}.git", optional=True)
+        return cls(
+            schema_version=version,
+            run_id=_str(data, "run_id", where),
+            experiment=_str(data, "experiment", where),
+            started_utc=_str(data, "started_utc", where),
+            finished_utc=_str(data, "finished_utc", where),
+            command=tuple(command),
+            git=dict(git),
+            hashes=dict(hashes),
+            environment=dict(environment),
+            evidence=evidence,
+            copy_ceiling=CopyCeiling.from_dict(_field(data, "copy_ceiling", where), f"{where}.copy_ceiling"),
+            timing=TimingMethod.from_dict(_field(data, "timing", where), f"{where}.timing"),
+            points=tuple(
+                Point.from_dict(p, f"{where}.points[{i}]") for i, p in enumerate(_list(data, "points", where))
+            ),
+            path=path,
+        )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Writing: temporary file in the same directory, fsync, rename; never over an existing record
+# --------------------------------------------------------------------------------------------------------
+
+
+def record_path(records_dir: Path, slug: str, run_id: str) -> Path:
+    return Path(records_dir) / slug / f"{run_id}.json"
+
+
+def write_record(record: RunRecord, records_dir: Path) -> Path:
+    """Write `record` to records_dir/<slug>/<run-id>.json atomically and return the path.
+
+    The text goes to a hidden temporary file in the target directory, is fsynced, then renamed into place,
+    so a crash or Ctrl-C at any moment leaves either no file or the complete one, never a partial one.
+    Raises FileExistsError rather than replace an existing record: run ids are never reused.
+    """
+    text = record.to_json()
+    RunRecord.from_dict(json.loads(text))  # refuse to write what could not be read back
+    target = record_path(records_dir, record.experiment, record.run_id)
+    if target.exists():
+        raise FileExistsError(f"run record {target} already exists; records are immutable and run ids unique")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{record.run_id}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as tmp:
+            tmp.write(text)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        if target.exists():
+            raise FileExistsError(f"run record {target} appeared while writing; not replacing it")
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    _fsync_directory(target.parent)
+    return target
+
+
+def _fsync_directory(directory: Path) -> None:
+    # Makes the rename itself durable; some platforms cannot open a directory, which is harmless here.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """A record file that could not be used, and why."""
+
+    path: Path
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.problem}"
+
+
+def load_record(path: Path) -> RunRecord:
+    """Read and validate one record; raises RecordError naming the problem."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"cannot read the file: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"not valid JSON: {exc}") from exc
+    record = RunRecord.from_dict(data, Path(path))
+    if record.run_id != Path(path).stem:
+        raise RecordError(f"run_id {record.run_id!r} does not match the file name {Path(path).name!r}")
+    if record.experiment != Path(path).parent.name:
+        raise RecordError(
+            f"experiment {record.experiment!r} does not match its directory {Path(path).parent.name!r}"
+        )
+    return record
+
+
+def load_records(records_dir: Path) -> tuple[list[RunRecord], list[RecordProblem]]:
+    """Every valid record under records_dir/<slug>/*.json, and a problem for each file that is not valid.
+
+    Records come back sorted by (experiment, started_utc, run_id); a missing records_dir is simply empty.
+    """
+    records: list[RunRecord] = []
+    problems: list[RecordProblem] = []
+    root = Path(records_dir)
+    if not root.is_dir():
+        return records, problems
+    for path in sorted(root.glob("*/*.json")):
+        try:
+            records.append(load_record(path))
+        except RecordError as exc:
+            problems.append(RecordProblem(path, str(exc)))
+    records.sort(key=lambda r: (r.experiment, r.started_utc, r.run_id))
+    return records, problems

@@ -1,0 +1,368 @@
+"""The runner: declared experiment in, one immutable run record out.
+
+For each case and dtype the inputs are drawn once (seeded) and the float64 reference computed once. Each
+profile is then, in order:
+
+1. skipped as "unsupported" (its own reason) or "unavailable" (an optional peer that does not import);
+2. checked for correctness against the reference, ‖out − ref‖ / ‖ref‖ <= the experiment's tolerance for the
+   dtype (NaN fails): a mismatch is "incorrect", recorded and never timed;
+3. timed with the profiles that passed, in interleaved rounds (lab.timing).
+
+Any exception inside one profile (out of memory, Triton's OutOfResources, a bad launch) becomes that
+profile's status "error" with the exception's text, and the run goes on. The record is written only when
+the run completes: an interrupted run leaves no file behind.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import secrets
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from experiments.spec import Case, Experiment, Profile
+from lab import REPO_ROOT
+from lab.environment import capture_environment, command_line, git_state
+from lab.hashing import source_hashes
+from lab.records import CPU_EVIDENCE, GPU_EVIDENCE, SCHEMA_VERSION, Point, ProfileResult, RunRecord, write_record
+from lab.stats import summarize
+from lab.timing import (
+    CPU_TIMING,
+    GPU_TIMING,
+    CudaEventClock,
+    TimingParams,
+    WallClock,
+    describe_exception,
+    make_clock,
+    measure_copy_ceiling,
+    time_interleaved,
+    timing_method,
+)
+
+# Outputs with more elements than this are checked on their first and last rows only (when the
+# experiment names its row-wise inputs): 2^22 float64 elements are 32 MiB per tensor in the check.
+CHECK_ELEMENT_BUDGET = 1 << 22
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def utc_text(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_run_id(gpu_key: str, started: datetime) -> str:
+    """<UTC yyyymmddThhmmssZ>-<gpu-key>-<6 hex>: sorts by time, names the device, never repeats."""
+    return f"{started.strftime('%Y%m%dT%H%M%SZ')}-{gpu_key}-{secrets.token_hex(3)}"
+
+
+def input_seed(slug: str, case: Case, dtype: torch.dtype) -> int:
+    """The seed of a point's inputs: fixed by experiment, case and dtype, so any run can redraw them."""
+    return zlib.crc32(f"{slug}|{case.name}|{dtype_name(dtype)}".encode())
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, torch.dtype):
+        return dtype_name(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Correctness
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowSelection:
+    """The rows the accuracy check covers: all (index None) or the first and last `per_end` of `of`."""
+
+    index: torch.Tensor | None
+    per_end: int = 0
+    of: int = 0
+
+    def describe(self) -> dict | None:
+        return None if self.index is None else {"first": self.per_end, "last": self.per_end, "of": self.of}
+
+
+def select_rows(experiment: Experiment, inputs: Mapping[str, torch.Tensor], budget: int) -> RowSelection:
+    """All rows, or for a huge case (more than `budget` elements) its first and last rows within the budget."""
+    if not experiment.row_inputs:
+        return RowSelection(None)
+    first = inputs[experiment.row_inputs[0]]
+    n_rows = first.shape[0]
+    row_numel = max(1, first[0].numel()) if n_rows else 1
+    if n_rows * row_numel <= budget:
+        return RowSelection(None)
+    per_end = max(1, budget // (2 * row_numel))
+    if 2 * per_end >= n_rows:
+        return RowSelection(None)
+    index = torch.cat([torch.arange(per_end), torch.arange(n_rows - per_end, n_rows)]).to(first.device)
+    return RowSelection(index, per_end, n_rows)
+
+
+def relative_error(out: Any, ref: torch.Tensor, rows: RowSelection) -> tuple[float | None, str | None]:
+    """‖out − ref‖ / ‖ref‖ in float64 over the checked rows, or (None, why the output cannot be compared)."""
+    if not isinstance(out, torch.Tensor):
+        return None, f"returned {type(out).__name__}, not a tensor"
+    checked = out if rows.index is None else out.index_select(0, rows.index)
+    if checked.shape != ref.shape:
+        return None, f"output shape {tuple(checked.shape)} differs from the reference's {tuple(ref.shape)}"
+    diff = torch.linalg.vector_norm(checked.double() - ref)
+    scale = torch.linalg.vector_norm(ref)
+    error = float(diff / scale) if float(scale) > 0 else float(diff)
+    if not math.isfinite(error):
+        return None, "output holds NaN or infinity where the reference does not"
+    return error, None
+
+
+# --------------------------------------------------------------------------------------------------------
+# One point: a case at a dtype, every profile
+# --------------------------------------------------------------------------------------------------------
+
+
+def _unavailable(profile: Profile) -> str | None:
+    if profile.requires is None:
+        return None
+    try:
+        importlib.import_module(profile.requires)
+    except Exception as exc:  # noqa: BLE001 - an optional peer may fail to import in any way
+        return f"{profile.requires} does not import ({describe_exception(exc, 200)})"
+    return None
+
+
+def _check(profile: Profile, case: Case, dtype: torch.dtype, inputs, ref: torch.Tensor, rows: RowSelection,
+           tolerance: float, clock) -> ProfileResult:
+    """Whether `profile` runs this case correctly: "ok" (not yet timed), or why not."""
+    plan = None
+    try:
+        reason = profile.unsupported(case, dtype) if profile.unsupported is not None else None
+        if reason is not None:
+            return ProfileResult("unsupported", reason=reason)
+        reason = _unavailable(profile)
+        if reason is not None:
+            return ProfileResult("unavailable", reason=reason)
+        plan = _json_ready(profile.plan(case, dtype)) if profile.plan is not None else None
+        error, why = relative_error(profile.run(**inputs), ref, rows)
+    except Exception as exc:  # noqa: BLE001 - one profile's failure is its own result
+        clock.release()
+        return ProfileResult("error", plan=plan, error=describe_exception(exc))
+    if error is None or error > tolerance:
+        why = why or f"relative error {error:.3g} exceeds the tolerance {tolerance:.3g}"
+        return ProfileResult("incorrect", plan=plan, rel_error=error, reason=why)
+    return ProfileResult("ok", plan=plan, rel_error=error)
+
+
+def measure_point(
+    experiment: Experiment,
+    case: Case,
+    dtype: torch.dtype,
+    *,
+    device: str,
+    clock: CudaEventClock | WallClock,
+    params: TimingParams,
+    ceiling_gbps: float,
+    profiles: Sequence[Profile] | None = None,
+    bar: Any = None,
+    check_budget: int = CHECK_ELEMENT_BUDGET,
+) -> Point:
+    """Check and time `profiles` (default: all of the experiment's) on one case and dtype."""
+    profiles = list(experiment.profiles if profiles is None else profiles)
+    seed = input_seed(experiment.slug, case, dtype)
+    bytes_moved = int(experiment.bytes_moved(case, dtype))
+    flops = int(experiment.flops(case, dtype)) if experiment.flops is not None else None
+    tolerance = float(experiment.tolerance[dtype])
+    results: dict[str, ProfileResult] = {}
+    calls = {}
+
+    def progress(what: str, advance: int = 0) -> None:
+        if bar is not None:
+            bar.set_postfix_str(f"{case.name} {dtype_name(dtype)} · {what}", refresh=False)
+            bar.update(advance)
+
+    try:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        inputs = experiment.make_inputs(case, dtype, device, gen)
+        rows = select_rows(experiment, inputs, check_budget)
+        reference_inputs = {
+            name: (t.index_select(0, rows.index) if rows.index is not None and name in experiment.row_inputs else t)
+            for name, t in inputs.items()
+        }
+        ref = experiment.reference(**reference_inputs).double()
+    except Exception as exc:  # noqa: BLE001 - the whole point fails, the run goes on
+        clock.release()
+        failure = f"inputs or reference failed: {describe_exception(exc)}"
+        progress("inputs failed", len(profiles))
+        return Point(case.name, dict(case.shape), dtype_name(dtype), bytes_moved, flops, tolerance, seed, None,
+                     {p.name: ProfileResult("error", error=failure) for p in profiles})
+
+    for profile in profiles:
+        progress(f"checking {profile.name}")
+        results[profile.name] = _check(profile, case, dtype, inputs, ref, rows, tolerance, clock)
+        if results[profile.name].status == "ok":
+            calls[profile.name] = functools.partial(profile.run, **inputs)
+        else:
+            progress(profile.name, 1)
+
+    if calls:
+        progress(f"timing {len(calls)} profiles")
+        try:
+            timed = time_interleaved(calls, clock, params,
+                                     on_round=lambda done, total: progress(f"timing, round {done}/{total}"))
+            samples, errors = timed.samples_ms, timed.errors
+        except Exception as exc:  # noqa: BLE001 - e.g. an asynchronous CUDA fault surfacing at a sync
+            clock.release()
+            samples, errors = {}, {name: describe_exception(exc) for name in calls}
+        for name in calls:
+            checked = results[name]
+            if name in errors:
+                results[name] = ProfileResult("error", plan=checked.plan, rel_error=checked.rel_error,
+                                              error=errors[name])
+            else:
+                results[name] = _timed_result(checked, samples[name], bytes_moved, flops, ceiling_gbps)
+        progress("timed", len(calls))
+    del inputs, reference_inputs, ref, calls
+    clock.release()
+    return Point(case.name, dict(case.shape), dtype_name(dtype), bytes_moved, flops, tolerance, seed,
+                 rows.describe(), {p.name: results[p.name] for p in profiles})
+
+
+def _timed_result(checked: ProfileResult, samples: list[float], bytes_moved: int, flops: int | None,
+                  ceiling_gbps: float) -> ProfileResult:
+    summary = summarize(samples)
+    seconds = summary.p50 * 1e-3
+    gbps = bytes_moved / seconds / 1e9 if seconds > 0 else None
+    return ProfileResult(
+        "ok", plan=checked.plan, samples_ms=tuple(samples),
+        p20_ms=summary.p20, p50_ms=summary.p50, p80_ms=summary.p80,
+        gbps=gbps,
+        pct_of_ceiling=100 * gbps / ceiling_gbps if gbps is not None and ceiling_gbps > 0 else None,
+        tflops=flops / seconds / 1e12 if flops is not None and seconds > 0 else None,
+        rel_error=checked.rel_error,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# One run: every case and dtype of one experiment
+# --------------------------------------------------------------------------------------------------------
+
+
+def check_declaration(experiment: Experiment) -> None:
+    """Refuse a declaration the runner could only half run, naming what is wrong and what is accepted."""
+    names = [p.name for p in experiment.profiles]
+    problems = []
+    if len(set(names)) != len(names):
+        problems.append(f"profile names repeat: {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+    for role, name in [("subject", experiment.claim.subject), *(("baseline", b) for b in experiment.claim.baselines)]:
+        if name not in names:
+            problems.append(f"claim {role} {name!r} is not a profile (profiles: {', '.join(names)})")
+    missing = [dtype_name(d) for d in experiment.dtypes if d not in experiment.tolerance]
+    if missing:
+        problems.append(f"no tolerance for dtype(s) {', '.join(missing)}")
+    if not experiment.cases or not experiment.dtypes:
+        problems.append("it needs at least one case and one dtype")
+    if problems:
+        raise ValueError(f"experiment {experiment.slug!r} cannot run: {'; '.join(problems)}")
+
+
+def check_device(device: str) -> None:
+    """Refuse a device whose figures would be mislabelled: CUDA under the interpreter, or the CPU without it."""
+    from kernels._checks import interpreter_enabled
+
+    kind = torch.device(device).type
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {device!r}: no CUDA device is available on this machine")
+        if interpreter_enabled():
+            raise RuntimeError("TRITON_INTERPRET is set: unset it to time compiled kernels on the GPU")
+    elif kind == "cpu":
+        if not interpreter_enabled():
+            raise RuntimeError("running on the CPU needs TRITON_INTERPRET=1 (Triton's interpreter) set before start")
+    else:
+        raise ValueError(f"device {device!r}: accepted devices are 'cuda', 'cuda:N' and 'cpu'")
+
+
+def allow_a_compile_per_point(points: int) -> None:
+    """Let torch.compile profiles compile one graph per case and dtype without falling back to eager.
+
+    The compiled references use dynamic=False, so each shape is its own graph. Past dynamo's recompile
+    limit (8 by default) a compiled function silently runs eager PyTorch instead, and a profile named
+    torch.compile would be timing something else: the limits are raised to cover every point of a run.
+    """
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    for name, wanted in (("recompile_limit", points + 8), ("accumulated_recompile_limit", 8 * points + 256)):
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), wanted))
+
+
+def run_experiment(
+    experiment: Experiment,
+    *,
+    device: str,
+    records_dir: Path,
+    root: Path = REPO_ROOT,
+    params: TimingParams | None = None,
+    progress: bool = True,
+    check_budget: int = CHECK_ELEMENT_BUDGET,
+) -> tuple[RunRecord, Path]:
+    """Run every case, dtype and profile of `experiment` on `device`; write and return the record and its path."""
+    check_declaration(experiment)
+    check_device(device)
+    on_gpu = torch.device(device).type == "cuda"
+    params = params or (GPU_TIMING if on_gpu else CPU_TIMING)
+    started = utc_now()
+    environment = capture_environment(device)
+    run_id = new_run_id(environment["gpu_key"], started)
+    hashes = source_hashes(experiment, root)
+    git = git_state(root)
+    command = command_line(root)
+    clock = make_clock(device)
+    ceiling = measure_copy_ceiling(clock, device, params)
+    allow_a_compile_per_point(len(experiment.cases) * len(experiment.dtypes))
+
+    points = []
+    total = len(experiment.cases) * len(experiment.dtypes) * len(experiment.profiles)
+    with tqdm(total=total, desc=experiment.slug, unit="profile", disable=not progress, leave=True) as bar:
+        for case in experiment.cases:
+            for dtype in experiment.dtypes:
+                points.append(measure_point(experiment, case, dtype, device=device, clock=clock, params=params,
+                                            ceiling_gbps=ceiling.gbps, bar=bar, check_budget=check_budget))
+
+    record = RunRecord(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id,
+        experiment=experiment.slug,
+        started_utc=utc_text(started),
+        finished_utc=utc_text(utc_now()),
+        command=tuple(command),
+        git=git,
+        hashes=hashes,
+        environment=_json_ready(environment),
+        evidence=GPU_EVIDENCE if on_gpu else CPU_EVIDENCE,
+        copy_ceiling=ceiling,
+        timing=timing_method(clock, params),
+        points=tuple(points),
+    )
+    return record, write_record(record, records_dir)

@@ -1,0 +1,198 @@
+"""Verdicts: what an experiment's newest run on each GPU says about its claim.
+
+The rule (RULE_TEXT: every experiment page states it in these words before any data):
+
+* At every case × dtype, the speedup is the best baseline's median time over the subject's median time,
+  where the best baseline is the claim's baseline with the fastest median among those that passed the
+  accuracy check. Its 95% confidence interval comes from a bootstrap of both sets of raw samples.
+* A point counts against the claim when its interval's upper bound is below 1 (the subject is slower),
+  or when the subject itself is incorrect, errored, unsupported or unavailable there (a kernel that is
+  wrong or absent cannot win). A point with no correct baseline decides nothing.
+* Supported: every point's lower bound reaches the claim's threshold. Rejected: some point counts against
+  the claim. Inconclusive: anything else.
+* Stale: a file hashed into the newest run has changed since; the old data is still shown, marked.
+* No evidence: no run on that GPU, or only runs through the CPU interpreter, whose times are not
+  performance evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from experiments.spec import Decision, Experiment
+from lab.hashing import changed_sources
+from lab.records import CPU_EVIDENCE, Point, RunRecord
+from lab.stats import SpeedupInterval, bootstrap_speedup
+
+SUPPORTED = "Supported"
+REJECTED = "Rejected"
+INCONCLUSIVE = "Inconclusive"
+NO_EVIDENCE = "No evidence"
+STALE = "Stale"
+
+RULE_TEXT = (
+    "At every case and dtype the **speedup** is the best baseline's median time divided by the subject's "
+    "median time, where the best baseline is the fastest (by median) of the claim's baselines that passed "
+    "the accuracy check. Its 95% confidence interval comes from a bootstrap of both sets of raw samples "
+    "(2,000 resamples, fixed seed).",
+    "A point counts **against** the claim when the interval's upper bound is below 1, or when the subject "
+    "itself is incorrect, errored, unsupported or unavailable there. A point with no correct baseline "
+    "decides nothing.",
+    "**Supported** when every point's lower bound reaches the threshold; **Rejected** when some point counts "
+    "against the claim; **Inconclusive** otherwise. **Stale** when a source file hashed into the newest run "
+    "has changed since (the old data stays on the page, marked). **No evidence** without a GPU run: runs "
+    "through the CPU interpreter check the machinery, not performance.",
+)
+
+# What a point contributes: it supports the claim, counts against it, or decides nothing.
+SUPPORTS = "supports"
+AGAINST = "against"
+UNDECIDED = "undecided"
+
+
+@dataclass(frozen=True)
+class PointJudgement:
+    """The claim judged at one case and dtype."""
+
+    case: str
+    dtype: str
+    outcome: str  # SUPPORTS, AGAINST or UNDECIDED
+    baseline: str | None  # the best correct baseline, if any
+    speedup: SpeedupInterval | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One experiment on one GPU: the state, the run it rests on and the per-point judgements.
+
+    `data_state` is what the run's data says under the rule (Supported / Rejected / Inconclusive), kept
+    for a stale run so the page can say what the old evidence showed; None when there is no evidence.
+    """
+
+    state: str
+    gpu_key: str | None
+    run: RunRecord | None
+    data_state: str | None
+    points: tuple[PointJudgement, ...]
+    changed: tuple[str, ...]
+    summary: str
+
+
+def badge(experiment: Experiment, verdict: Verdict | None) -> str:
+    """The badge text, e.g. "Rejected: softmax win claim" ("No evidence: ..." without a verdict)."""
+    state = verdict.state if verdict is not None else NO_EVIDENCE
+    return f"{state}: {experiment.claim.short}" if experiment.claim.short else state
+
+
+def _status_text(status: str, result) -> str:
+    detail = result.reason or result.error
+    return f"{status} ({detail})" if detail else status
+
+
+def judge_point(experiment: Experiment, point: Point) -> PointJudgement:
+    """Apply the rule at one point of a run."""
+    claim = experiment.claim
+    subject = point.results.get(claim.subject)
+    if subject is None or subject.status != "ok":
+        what = "absent from the run" if subject is None else _status_text(subject.status, subject)
+        return PointJudgement(point.case, point.dtype, AGAINST, None, None, f"{claim.subject} is {what}")
+    correct = [
+        (point.results[name].p50_ms, name)
+        for name in claim.baselines
+        if name in point.results and point.results[name].status == "ok"
+    ]
+    if not correct:
+        return PointJudgement(point.case, point.dtype, UNDECIDED, None, None, "no baseline ran correctly here")
+    _, best = min(correct)
+    interval = bootstrap_speedup(point.results[best].samples_ms, subject.samples_ms)
+    if interval.high < 1:
+        outcome, why = AGAINST, f"{best} is faster (upper bound {interval.high:.3f} < 1)"
+    elif interval.low >= claim.threshold:
+        outcome, why = SUPPORTS, f"lower bound {interval.low:.3f} >= threshold {claim.threshold:g}"
+    else:
+        outcome, why = UNDECIDED, (
+            f"interval [{interval.low:.3f}, {interval.high:.3f}] neither clears {claim.threshold:g} nor lies below 1"
+        )
+    return PointJudgement(point.case, point.dtype, outcome, best, interval, why)
+
+
+def judge_run(experiment: Experiment, run: RunRecord) -> tuple[str, tuple[PointJudgement, ...], str]:
+    """The state a run's data supports (Supported / Rejected / Inconclusive), its judgements and a summary."""
+    points = tuple(judge_point(experiment, p) for p in run.points)
+    if not points:
+        return INCONCLUSIVE, points, "The run holds no points."
+    against = [p for p in points if p.outcome == AGAINST]
+    if against:
+        first = against[0]
+        more = f" (and {len(against) - 1} more point(s))" if len(against) > 1 else ""
+        return REJECTED, points, f"At {first.case} {first.dtype}: {first.reason}{more}"
+    undecided = [p for p in points if p.outcome == UNDECIDED]
+    if not undecided:
+        threshold = experiment.claim.threshold
+        return SUPPORTED, points, f"Every one of {len(points)} point(s) clears the threshold {threshold:g}"
+    first = undecided[0]
+    more = f" (and {len(undecided) - 1} more point(s))" if len(undecided) > 1 else ""
+    return INCONCLUSIVE, points, f"At {first.case} {first.dtype}: {first.reason}{more}"
+
+
+def newest(runs: Iterable[RunRecord]) -> RunRecord | None:
+    return max(runs, key=lambda r: (r.started_utc, r.run_id), default=None)
+
+
+def verdict_for_gpu(experiment: Experiment, runs: Iterable[RunRecord], current_hashes: Mapping[str, str],
+                    gpu_key: str | None = None) -> Verdict:
+    """The verdict of `experiment` on one GPU from that GPU's runs (any order)."""
+    run = newest(runs)
+    if run is None:
+        return Verdict(NO_EVIDENCE, gpu_key, None, None, (), (), "No run on this GPU yet.")
+    if not run.is_performance_evidence:
+        return Verdict(NO_EVIDENCE, run.gpu_key, run, None, (), (), CPU_EVIDENCE)
+    data_state, points, summary = judge_run(experiment, run)
+    changed = tuple(changed_sources(run.hashes, current_hashes))
+    if changed:
+        summary = f"Changed since run {run.run_id}: {', '.join(changed)}; that run said {data_state}"
+        return Verdict(STALE, run.gpu_key, run, data_state, points, changed, summary)
+    return Verdict(data_state, run.gpu_key, run, data_state, points, (), summary)
+
+
+def verdicts_by_gpu(experiment: Experiment, runs: Iterable[RunRecord],
+                    current_hashes: Mapping[str, str]) -> dict[str, Verdict]:
+    """Verdicts of `experiment` per GPU key that has a run of it, in key order."""
+    by_gpu: dict[str, list[RunRecord]] = {}
+    for run in runs:
+        if run.experiment == experiment.slug:
+            by_gpu.setdefault(run.gpu_key, []).append(run)
+    return {key: verdict_for_gpu(experiment, by_gpu[key], current_hashes, key) for key in sorted(by_gpu)}
+
+
+# --------------------------------------------------------------------------------------------------------
+# Decisions: several experiments' verdicts on one GPU select one of a decision's calls
+# --------------------------------------------------------------------------------------------------------
+
+OPEN = "Open"  # a decision's call when the evidence is neither all Supported nor any Rejected
+DECISION_RULE = (
+    "On each GPU, a decision takes its experiments' verdicts there together: if any is Rejected, the "
+    "rejected call holds; if every one is Supported, the supported call holds; otherwise (Inconclusive, "
+    "Stale or No evidence anywhere among them) the open call holds."
+)
+
+
+@dataclass(frozen=True)
+class DecisionCall:
+    """The call a decision makes on one GPU, and the verdicts that select it."""
+
+    outcome: str  # SUPPORTED, REJECTED or OPEN
+    text: str
+    states: dict[str, str]  # experiment slug -> verdict state on this GPU
+
+
+def decide(decision: Decision, verdicts: Mapping[str, Verdict]) -> DecisionCall:
+    """Select `decision`'s call from its experiments' verdicts on one GPU (missing: No evidence)."""
+    states = {slug: verdicts[slug].state if slug in verdicts else NO_EVIDENCE for slug in decision.experiments}
+    if any(state == REJECTED for state in states.values()):
+        return DecisionCall(REJECTED, decision.if_rejected, states)
+    if states and all(state == SUPPORTED for state in states.values()):
+        return DecisionCall(SUPPORTED, decision.if_supported, states)
+    return DecisionCall(OPEN, decision.otherwise, states)

@@ -1,0 +1,120 @@
+"""tools/build_results.py and benchmark-softmax: exit codes, messages and what they write."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HAS_CUDA
+
+from experiments import all_experiments
+from kernels._checks import interpreter_enabled
+from lab import REPO_ROOT, adhoc
+
+spec = importlib.util.spec_from_file_location("build_results", REPO_ROOT / "tools" / "build_results.py")
+build_results = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(build_results)
+
+FIXTURE_RECORDS = Path(__file__).parent / "fixtures" / "lab" / "records"
+
+
+def _dirs(tmp_path):
+    return ["--records-dir", str(tmp_path / "records"), "--docs-dir", str(tmp_path / "docs")]
+
+
+def test_render_only_from_the_command_line_writes_every_page(tmp_path):
+    result = subprocess.run([sys.executable, "tools/build_results.py", "--render-only", *_dirs(tmp_path)],
+                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "rendered" in result.stdout
+    docs = tmp_path / "docs"
+    for slug in all_experiments():
+        page = (docs / "experiments" / f"{slug}.md").read_text(encoding="utf-8")
+        assert "No evidence yet" in page
+        assert (docs / "generated" / f"{slug}.md").is_file()
+    for name in ("experiments/index.md", "decisions/index.md", "generated/verdicts.md", "generated/environment.md"):
+        assert (docs / name).is_file()
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the no-CUDA paths")
+def test_without_cuda_a_plain_build_renders_and_says_so(tmp_path, capsys):
+    assert build_results.main(_dirs(tmp_path)) == 0
+    assert "no CUDA GPU here: rendering from the recorded runs only" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the no-CUDA paths")
+@pytest.mark.parametrize("flag", ["--run", "--all"])
+def test_forcing_a_run_without_cuda_exits_2_and_writes_nothing(tmp_path, capsys, flag):
+    assert build_results.main([flag, "softmax-row-fusion", *_dirs(tmp_path)]) == 2
+    assert "need a CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "docs").exists()
+
+
+def test_unknown_slug_exits_2_and_names_the_known_ones(tmp_path, capsys):
+    assert build_results.main(["no-such-experiment", *_dirs(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-experiment" in err and "softmax-row-fusion" in err
+
+
+def test_list_shows_slugs_titles_and_verdicts(tmp_path, capsys):
+    assert build_results.main(["--list", *_dirs(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    experiments = all_experiments()
+    assert [line.split("\t")[0] for line in out] == list(experiments)
+    assert all(line.endswith("No evidence") for line in out)
+
+
+def test_invalid_records_are_reported_and_strict_mode_exits_3(tmp_path, capsys):
+    bad = tmp_path / "records" / "softmax-row-fusion" / "20260101T000000Z-nvidia-x-000000.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{", encoding="utf-8")
+    assert build_results.main(["--render-only", *_dirs(tmp_path)]) == 0
+    assert f"skipped {bad}: not valid JSON" in capsys.readouterr().err
+    assert build_results.main(["--render-only", "--strict", *_dirs(tmp_path)]) == 3
+
+
+def test_records_of_undeclared_experiments_are_reported(tmp_path, capsys):
+    shutil.copytree(FIXTURE_RECORDS / "fixture-single", tmp_path / "records" / "fixture-single")
+    assert build_results.main(["--render-only", *_dirs(tmp_path)]) == 0
+    assert "no declared experiment is named 'fixture-single'" in capsys.readouterr().err
+
+
+# ---- benchmark-softmax -------------------------------------------------------------------------------------
+
+
+def test_adhoc_rejects_unknown_backends(capsys):
+    assert adhoc.main(["--backend", "triton-auto,nope"]) == 2
+    assert "unknown backend(s) nope" in capsys.readouterr().err
+
+
+def test_adhoc_rejects_bad_sizes():
+    with pytest.raises(SystemExit) as exit_info:
+        adhoc.main(["--rows", "0"])
+    assert exit_info.value.code == 2
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the no-CUDA path")
+def test_adhoc_without_cuda_explains_the_ways_out(capsys):
+    assert adhoc.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA GPU" in err and "TRITON_INTERPRET=1" in err
+
+
+@pytest.mark.skipif(not interpreter_enabled(), reason="runs through Triton's interpreter")
+@pytest.mark.parametrize("direction, reference", [("forward", "torch.softmax"), ("backward", "torch")])
+def test_adhoc_on_the_interpreter_prints_a_labelled_table(capsys, direction, reference):
+    code = adhoc.main(["--device", "cpu", "--rows", "4", "--cols", "40", "--dtype", "float32",
+                       "--backend", "triton-auto,triton-online", "--direction", direction])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("cpu-interpreter: not performance evidence")
+    assert f"vs {reference}" in lines[2]
+    rows = {line.split()[0]: line.split() for line in lines[3:]}
+    assert set(rows) == {"triton-auto", "triton-online", reference}
+    assert all(row[1] == "ok" for row in rows.values())
+    assert rows[reference][-1] == "1.000×"

@@ -1,0 +1,162 @@
+"""Rendering: golden pages from the fixture records, byte-identical re-renders, invalid records skipped.
+
+Refresh the golden pages after an intended change with
+
+    UPDATE_GOLDEN=1 python -m pytest tests/test_lab_render.py
+
+and review the diff under tests/fixtures/lab/golden/ like any other change.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures" / "lab"
+sys.path.insert(0, str(FIXTURES))
+
+import lab_fixture_experiments as fx  # noqa: E402
+
+from lab.render import GENERATED_HEADER, collect_evidence, render_outputs, write_outputs  # noqa: E402
+from lab.verdict import INCONCLUSIVE, NO_EVIDENCE, REJECTED, STALE, SUPPORTED  # noqa: E402
+
+RECORDS = FIXTURES / "records"
+GOLDEN = FIXTURES / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+
+
+def _evidence(records=RECORDS):
+    return collect_evidence(fx.EXPERIMENTS, fx.DECISIONS, records, fx.CURRENT_HASHES)
+
+
+@pytest.fixture(scope="module")
+def outputs():
+    return render_outputs(_evidence())
+
+
+def test_fixture_set_reaches_every_verdict():
+    verdicts = _evidence().verdicts
+    states = {(slug, key): v.state for slug, by_gpu in verdicts.items() for key, v in by_gpu.items()}
+    assert states == {
+        ("fixture-single", "nvidia-test-gpu-a"): REJECTED,
+        ("fixture-single", "nvidia-test-gpu-b"): SUPPORTED,
+        ("fixture-single", "cpu-interpreter"): NO_EVIDENCE,
+        ("fixture-sweep", "nvidia-test-gpu-a"): STALE,
+    }
+    assert verdicts["fixture-sweep"]["nvidia-test-gpu-a"].data_state == INCONCLUSIVE
+    assert verdicts["fixture-empty"] == {}
+
+
+def test_invalid_records_are_named_and_the_rest_render(outputs):
+    problems = {p.path.name: p.problem for p in _evidence().problems}
+    assert sorted(problems) == [
+        "20260305T000000Z-nvidia-test-gpu-a-f6f6f6.json",
+        "20260306T000000Z-nvidia-test-gpu-a-0a0a0a.json",
+        "20260307T000000Z-nvidia-test-gpu-b-0b0b0b.json",
+        "20260308T000000Z-nvidia-test-gpu-a-0c0c0c.json",
+    ]
+    assert problems["20260305T000000Z-nvidia-test-gpu-a-f6f6f6.json"].startswith("not valid JSON")
+    assert problems["20260306T000000Z-nvidia-test-gpu-a-0a0a0a.json"] == (
+        "unknown schema_version 99; this lab reads version(s) 1")
+    assert problems["20260307T000000Z-nvidia-test-gpu-b-0b0b0b.json"] == "record: missing field 'copy_ceiling'"
+    assert problems["20260308T000000Z-nvidia-test-gpu-a-0c0c0c.json"] == (
+        "no declared experiment is named 'fixture-gone'")
+    assert "0a0a0a" not in outputs["experiments/fixture-single.md"]
+    assert "20260301T100000Z-nvidia-test-gpu-a-a1a1a1" in outputs["experiments/fixture-single.md"]
+
+
+def test_pages_match_the_golden_files(outputs):
+    pages = {rel: text for rel, text in outputs.items() if rel.endswith(".md")}
+    if UPDATE:
+        for old in GOLDEN.rglob("*.md"):
+            old.unlink()
+        for rel, text in pages.items():
+            (GOLDEN / rel).parent.mkdir(parents=True, exist_ok=True)
+            (GOLDEN / rel).write_text(text, encoding="utf-8")
+    golden = {p.relative_to(GOLDEN).as_posix(): p.read_text(encoding="utf-8") for p in GOLDEN.rglob("*.md")}
+    assert sorted(pages) == sorted(golden), "set UPDATE_GOLDEN=1 to refresh the golden pages"
+    for rel in pages:
+        assert pages[rel] == golden[rel], f"{rel} differs from its golden file; UPDATE_GOLDEN=1 refreshes it"
+
+
+def test_rendering_twice_gives_identical_bytes_plots_included(outputs):
+    again = render_outputs(_evidence())
+    assert again == outputs
+    assert {rel for rel in outputs if rel.endswith(".svg")} == {
+        "assets/plots/fixture-single--cpu-interpreter--float16.svg",
+        "assets/plots/fixture-single--nvidia-test-gpu-a--float16.svg",
+        "assets/plots/fixture-single--nvidia-test-gpu-a--float32.svg",
+        "assets/plots/fixture-single--nvidia-test-gpu-b--float16.svg",
+        "assets/plots/fixture-single--nvidia-test-gpu-b--float32.svg",
+        "assets/plots/fixture-sweep--nvidia-test-gpu-a--float32.svg",
+    }
+
+
+def test_plots_are_valid_svg_with_the_data_and_no_date(outputs):
+    sweep = outputs["assets/plots/fixture-sweep--nvidia-test-gpu-a--float32.svg"]
+    ET.fromstring(sweep)
+    assert "copy ceiling (3,000 GB/s)" in sweep
+    for name in ("subject-kernel", "base-one", "base-two"):
+        assert name in sweep
+    assert "wrong" not in sweep.split("</metadata>")[-1], "an incorrect profile is never plotted"
+    assert "<dc:date>" not in sweep
+    bars = outputs["assets/plots/fixture-single--cpu-interpreter--float16.svg"]
+    assert "cpu-interpreter: not performance evidence" in bars and "unavailable" in bars
+
+
+def test_pages_carry_the_rule_before_the_data_and_the_evidence_marks(outputs):
+    single = outputs["experiments/fixture-single.md"]
+    assert single.startswith(GENERATED_HEADER)
+    assert single.index("## Decision rule") < single.index("## Results")
+    assert "Rejected: fixture win claim" in single and "Supported: fixture win claim" in single
+    fp16 = _evidence().verdicts["fixture-single"]["nvidia-test-gpu-a"].points[0].speedup
+    assert f"{fp16.ratio:.3f}× [{fp16.low:.3f}, {fp16.high:.3f}]" in single, "the subject's speedup and its interval"
+    assert "cpu-interpreter: not performance evidence" in single
+    assert "../records/fixture-single/20260302T090000Z-nvidia-test-gpu-b-b2b2b2.json" in single
+    sweep = outputs["experiments/fixture-sweep.md"]
+    assert "Stale: the code has changed since this run" in sweep and "`fixture/sweep.py`" in sweep
+    assert "superseded by 20260304T070000Z-nvidia-test-gpu-a-e5e5e5" in sweep
+    assert '<span style="color: #c62828; font-weight: 600">✗ incorrect</span>' in sweep
+    empty = outputs["experiments/fixture-empty.md"]
+    assert "No evidence yet" in empty and "python tools/build_results.py fixture-empty" in empty
+    decision = outputs["decisions/fixture-decision.md"]
+    assert "NVIDIA Test GPU A: Rejected" in decision and "Do not present it as a win." in decision
+    assert "(/experiments/fixture-single.md)" in outputs["generated/verdicts.md"]
+
+
+def test_no_records_at_all_still_gives_every_page(tmp_path):
+    outputs = render_outputs(_evidence(tmp_path / "none"))
+    assert not [rel for rel in outputs if rel.endswith(".svg")]
+    expected = {"experiments/index.md", "decisions/index.md", "generated/verdicts.md", "generated/environment.md"}
+    expected |= {f"experiments/{slug}.md" for slug in fx.EXPERIMENTS}
+    expected |= {f"generated/{slug}.md" for slug in fx.EXPERIMENTS}
+    expected |= {f"decisions/{d.slug}.md" for d in fx.DECISIONS}
+    assert set(outputs) == expected
+    for slug in fx.EXPERIMENTS:
+        assert "No evidence yet" in outputs[f"experiments/{slug}.md"]
+    assert "No evidence yet" in outputs["experiments/index.md"]
+    assert "No device has been measured yet" in outputs["generated/environment.md"]
+
+
+def test_writing_replaces_only_generated_files(tmp_path, outputs):
+    docs = tmp_path / "docs"
+    first = write_outputs(outputs, docs)
+    assert sorted(first.written) == sorted(outputs) and not first.removed
+    second = write_outputs(outputs, docs)
+    assert second.written == [] and sorted(second.unchanged) == sorted(outputs)
+
+    hand_written = docs / "experiments" / "notes.md"
+    hand_written.write_text("# Notes written by hand\n", encoding="utf-8")
+    stale_page = docs / "experiments" / "retired.md"
+    stale_page.write_text(GENERATED_HEADER + "\n\n# Retired\n", encoding="utf-8")
+    stale_plot = docs / "assets" / "plots" / "retired--nvidia-test-gpu-a--float32.svg"
+    stale_plot.write_text("<svg/>", encoding="utf-8")
+    third = write_outputs(outputs, docs)
+    assert sorted(third.removed) == ["assets/plots/retired--nvidia-test-gpu-a--float32.svg",
+                                     "experiments/retired.md"]
+    assert hand_written.read_text(encoding="utf-8") == "# Notes written by hand\n"
+    assert not list(docs.rglob(".*.tmp"))

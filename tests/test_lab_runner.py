@@ -1,0 +1,201 @@
+"""The runner end to end on a tiny experiment declared here: record written, statuses right, pages rendered.
+
+On a machine without CUDA this runs through Triton's interpreter (conftest sets TRITON_INTERPRET=1) and the
+record must say "cpu-interpreter: not performance evidence"; on a GPU the same test times compiled kernels.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import DEVICE, HAS_CUDA
+
+from experiments import _softmax as sm
+from experiments.spec import Case, Claim, Experiment, Profile
+from kernels.softmax import softmax
+from lab import REPO_ROOT
+from lab.hashing import source_hashes
+from lab.records import CPU_EVIDENCE, GPU_EVIDENCE, load_records
+from lab.render import collect_evidence, render_outputs
+from lab.runner import (
+    allow_a_compile_per_point,
+    check_declaration,
+    input_seed,
+    measure_point,
+    run_experiment,
+    select_rows,
+)
+from lab.timing import TimingParams, WallClock
+from lab.verdict import NO_EVIDENCE
+
+FEW = TimingParams(warmup_rounds=1, min_samples=3, max_samples=3, target_seconds=0.0, copy_bytes=1 << 20,
+                   copy_repeats=2)
+
+
+def wrong_softmax(x):
+    return torch.softmax(x, -1).flip(-1)
+
+
+def last_row_broken(x):
+    y = torch.softmax(x, -1)
+    y[-1] = 0
+    return y
+
+
+def raising(x):
+    raise RuntimeError("deliberate failure inside a profile")
+
+
+def _never(case, dtype):
+    return "declines every case (test)"
+
+
+def tiny_experiment(**overrides) -> Experiment:
+    fields = dict(
+        slug="tiny-softmax",
+        title="Tiny softmax",
+        question="Does the runner record every status?",
+        focus="runner",
+        why="end-to-end test of the machinery",
+        claim=Claim("kernel", ("torch",), 1.0, "kernel is faster than torch", "tiny claim"),
+        cases=(Case("4x64", {"M": 4, "N": 64}), Case("4x48", {"M": 4, "N": 48})),
+        dtypes=(torch.float32,),
+        profiles=(
+            Profile("torch", "torch.softmax", lambda x: torch.softmax(x, -1)),
+            Profile("kernel", "the lab's softmax", lambda x: softmax(x, -1), sm.SOFTMAX_SOURCES,
+                    plan=lambda case, dtype: {"rows": case["M"], "dtype": dtype}),
+            Profile("wrong", "a wrong result", wrong_softmax),
+            Profile("raises", "raises", raising),
+            Profile("declines", "declines", lambda x: x, unsupported=_never),
+            Profile("absent-peer", "needs a module that is not installed", lambda x: x,
+                    requires="kernel_lab_test_module_that_does_not_exist"),
+        ),
+        make_inputs=sm.forward_inputs,
+        reference=sm.forward_reference,
+        bytes_moved=sm.forward_bytes,
+        byte_model="forward: 2·M·N·size bytes",
+        evidence_boundary="a test",
+        tolerance=sm.FORWARD_TOLERANCE,
+        x_axis="N",
+        source_file="tests/test_lab_runner.py",
+    )
+    fields.update(overrides)
+    return Experiment(**fields)
+
+
+def test_run_records_every_status_and_renders_the_evidence_note(tmp_path):
+    experiment = tiny_experiment()
+    record, path = run_experiment(experiment, device=DEVICE, records_dir=tmp_path, params=FEW, progress=False)
+
+    assert path == tmp_path / experiment.slug / f"{record.run_id}.json"
+    (loaded,), problems = load_records(tmp_path)
+    assert problems == [] and loaded == record
+    assert record.evidence == (GPU_EVIDENCE if HAS_CUDA else CPU_EVIDENCE)
+    assert f"-{record.gpu_key}-" in record.run_id
+    assert record.hashes == source_hashes(experiment, REPO_ROOT)
+    assert "kernels/softmax.py" in record.hashes and "tests/test_lab_runner.py" in record.hashes
+    assert record.copy_ceiling.gbps > 0 and len(record.copy_ceiling.samples_ms) == FEW.copy_repeats
+    assert record.timing.min_samples == 3 and record.timing.clock == ("cuda-events" if HAS_CUDA else "wall-clock")
+
+    assert [(p.case, p.dtype) for p in record.points] == [("4x64", "float32"), ("4x48", "float32")]
+    for case, point in zip(experiment.cases, record.points, strict=True):
+        r = point.results
+        assert point.input_seed == input_seed(experiment.slug, case, torch.float32)
+        for name in ("torch", "kernel"):
+            assert r[name].status == "ok", r[name]
+            assert len(r[name].samples_ms) == 3
+            assert r[name].p20_ms <= r[name].p50_ms <= r[name].p80_ms
+            assert r[name].gbps == pytest.approx(point.bytes_moved / (r[name].p50_ms * 1e-3) / 1e9)
+            assert r[name].rel_error < sm.FORWARD_TOLERANCE[torch.float32]
+        assert r["kernel"].plan == {"rows": 4, "dtype": "float32"}
+        assert r["wrong"].status == "incorrect" and r["wrong"].rel_error > 0.1 and not r["wrong"].samples_ms
+        assert "exceeds the tolerance" in r["wrong"].reason
+        assert r["raises"].status == "error" and "deliberate failure inside a profile" in r["raises"].error
+        assert r["declines"].status == "unsupported" and r["declines"].reason == "declines every case (test)"
+        assert r["absent-peer"].status == "unavailable"
+        assert "kernel_lab_test_module_that_does_not_exist" in r["absent-peer"].reason
+
+    evidence = collect_evidence({experiment.slug: experiment}, (), tmp_path,
+                                {experiment.slug: record.hashes})
+    page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
+    assert record.run_id in page and "✗ incorrect" in page and "deliberate failure" in page
+    if not HAS_CUDA:
+        assert evidence.verdicts[experiment.slug]["cpu-interpreter"].state == NO_EVIDENCE
+        assert page.count("cpu-interpreter: not performance evidence") >= 2
+
+
+def test_a_huge_case_is_checked_on_its_first_and_last_rows(tmp_path):
+    experiment = tiny_experiment(
+        cases=(Case("16x32", {"M": 16, "N": 32}),),
+        profiles=(Profile("torch", "torch.softmax", lambda x: torch.softmax(x, -1)),
+                  Profile("last-row-broken", "zeroes the last row", last_row_broken)),
+        row_inputs=("x",),
+    )
+    inputs = experiment.make_inputs(experiment.cases[0], torch.float32, DEVICE, torch.Generator().manual_seed(0))
+    assert select_rows(experiment, inputs, budget=16 * 32).index is None
+    rows = select_rows(experiment, inputs, budget=4 * 32)
+    assert rows.describe() == {"first": 2, "last": 2, "of": 16}
+    assert rows.index.tolist() == [0, 1, 14, 15]
+
+    point = measure_point(experiment, experiment.cases[0], torch.float32, device=DEVICE, clock=WallClock(1 << 12),
+                          params=FEW, ceiling_gbps=1.0, check_budget=4 * 32)
+    assert point.checked_rows == {"first": 2, "last": 2, "of": 16}
+    assert point.results["torch"].status == "ok"
+    assert point.results["last-row-broken"].status == "incorrect", "the last rows are among those checked"
+
+
+def test_a_failing_input_builder_marks_every_profile_of_that_point_and_the_run_goes_on():
+    def inputs(case, dtype, device, gen):
+        if case["N"] == 48:
+            raise MemoryError("no room for the inputs")
+        return sm.forward_inputs(case, dtype, device, gen)
+
+    experiment = tiny_experiment(make_inputs=inputs, profiles=tiny_experiment().profiles[:1])
+    points = [measure_point(experiment, case, torch.float32, device=DEVICE, clock=WallClock(1 << 12), params=FEW,
+                            ceiling_gbps=1.0) for case in experiment.cases]
+    assert points[0].results["torch"].status == "ok"
+    assert points[1].results["torch"].status == "error"
+    assert "inputs or reference failed: MemoryError: no room for the inputs" == points[1].results["torch"].error
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the refusal on a machine without CUDA")
+def test_runner_refuses_cuda_without_a_gpu(tmp_path):
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        run_experiment(tiny_experiment(), device="cuda", records_dir=tmp_path, params=FEW, progress=False)
+    assert not any(tmp_path.iterdir())
+
+
+def test_compile_limits_cover_every_point_and_are_never_lowered(monkeypatch):
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    monkeypatch.setattr(config, "accumulated_recompile_limit", config.accumulated_recompile_limit)
+    monkeypatch.setattr(config, "recompile_limit", 8)
+    allow_a_compile_per_point(98)
+    assert config.recompile_limit >= 98
+    monkeypatch.setattr(config, "recompile_limit", 500)
+    allow_a_compile_per_point(2)
+    assert config.recompile_limit == 500
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda e: {"claim": Claim("nope", ("torch",))}, "claim subject 'nope' is not a profile"),
+    (lambda e: {"claim": Claim("kernel", ("torch", "peer"))}, "claim baseline 'peer' is not a profile"),
+    (lambda e: {"profiles": e.profiles + e.profiles[:1]}, "profile names repeat: torch"),
+    (lambda e: {"dtypes": (torch.float32, torch.float64)}, "no tolerance for dtype(s) float64"),
+    (lambda e: {"cases": ()}, "at least one case"),
+])
+def test_a_declaration_that_cannot_run_is_refused_before_anything_runs(tmp_path, change, message):
+    experiment = tiny_experiment()
+    bad = tiny_experiment(**change(experiment))
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_experiment(bad, device=DEVICE, records_dir=tmp_path, params=FEW, progress=False)
+    assert not any(tmp_path.iterdir())
+    check_declaration(experiment)
+
+
+def test_every_declared_experiment_is_runnable_as_declared():
+    from experiments import all_experiments
+
+    for experiment in all_experiments().values():
+        check_declaration(experiment)

@@ -1,0 +1,279 @@
+"""The built site in a real browser: Debian's Chromium, headless, driven by Playwright.
+
+The site is built into a temporary folder and served on 127.0.0.1. Every page must load with no console
+error and no request leaving the machine, typeset all of its math, load all of its images, and link only to
+pages that exist; the search must find the online-softmax write-up. Screenshots of the home page and of one
+evidence page are saved (to KERNEL_LAB_SCREENSHOTS as well, when that is set).
+
+Without /usr/bin/chromium these tests skip on a developer's machine and fail in CI (CI=true).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from sitetools import build_site
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+EVIDENCE_PAGE = "experiments/softmax-row-fusion/"
+
+
+def _require_chromium() -> None:
+    if Path(CHROMIUM).is_file():
+        return
+    message = f"{CHROMIUM} is missing: install Debian's chromium package (./dev.sh test does it as root)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """(site folder, base URL): a free port is taken first, so the site is built for the address it is
+    served from, then built, then served."""
+    site_dir = tmp_path_factory.mktemp("browser-site")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site_dir)))
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    try:
+        proc = build_site(site_dir, site_url=base)
+        assert proc.returncode == 0, f"mkdocs build --strict failed:\n{(proc.stdout + proc.stderr)[-4000:]}"
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield site_dir, base
+        server.shutdown()
+    finally:
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def site(served) -> Path:
+    return served[0]
+
+
+@pytest.fixture(scope="module")
+def base_url(served) -> str:
+    return served[1]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Visit:
+    """A browser page that records console errors, uncaught exceptions and any request off the site."""
+
+    def __init__(self, browser, base_url: str, **context_args):
+        self.base = base_url
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, **context_args)
+        self.problems: list[str] = []
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
+        self.page.on("requestfailed", self._failed)
+
+    def _failed(self, request):
+        # A request cancelled by the next navigation (net::ERR_ABORTED) is not a fault of the page; a
+        # missing file shows up as a console error, an off-site request in _route.
+        if "ERR_ABORTED" not in (request.failure or ""):
+            self.problems.append(f"request failed: {request.url} ({request.failure})")
+
+    def _route(self, route):
+        url = route.request.url
+        if url.startswith(self.base) or url.startswith(("data:", "blob:")):
+            route.continue_()
+        else:
+            self.problems.append(f"request off the site: {url}")
+            route.abort()
+
+    def goto(self, path: str):
+        response = self.page.goto(self.base + path, wait_until="load")
+        self.page.wait_for_load_state("networkidle")
+        return response
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def visit(browser, base_url):
+    v = Visit(browser, base_url)
+    yield v
+    v.close()
+
+
+def _pages(site: Path) -> list[str]:
+    return sorted(p.relative_to(site).parent.as_posix() + "/" if p.parent != site else ""
+                  for p in site.rglob("index.html"))
+
+
+# The article text with code, scripts and typeset math removed: what is left must hold no TeX source.
+LEFTOVER_TEX = """() => {
+  const root = (document.querySelector("article") || document.body).cloneNode(true);
+  root.querySelectorAll("pre, code, script, style, .katex, .highlight").forEach((el) => el.remove());
+  return root.textContent;
+}"""
+
+PAGE_FACTS = """() => ({
+  arithmatex: document.querySelectorAll(".arithmatex").length,
+  untypeset: Array.from(document.querySelectorAll(".arithmatex")).filter((el) => !el.querySelector(".katex")).length,
+  katex: document.querySelectorAll(".katex").length,
+  katexErrors: document.querySelectorAll(".katex-error").length,
+  brokenImages: Array.from(document.images).filter((i) => !(i.complete && i.naturalWidth > 0)).map((i) => i.currentSrc || i.src),
+  images: document.images.length,
+})"""
+
+
+def test_every_page_loads_cleanly_offline_with_math_and_images(site, visit):
+    pages = _pages(site)
+    assert len(pages) >= 15, pages
+    failures: list[str] = []
+    typeset_pages = 0
+    for path in pages:
+        visit.problems.clear()
+        response = visit.goto(path)
+        if response is None or response.status != 200:
+            failures.append(f"/{path}: HTTP {response.status if response else 'no response'}")
+        facts = visit.page.evaluate(PAGE_FACTS)
+        failures += [f"/{path}: {p}" for p in visit.problems]
+        if facts["untypeset"] or facts["katexErrors"]:
+            failures.append(f"/{path}: {facts['untypeset']} formulas left untypeset, {facts['katexErrors']} KaTeX errors")
+        leftover = visit.page.evaluate(LEFTOVER_TEX)
+        for token in ("$$", "\\(", "\\[", "\\begin{", "\\frac"):
+            if token in leftover:
+                at = leftover.index(token)
+                failures.append(f"/{path}: raw TeX {token!r} in the text: ...{leftover[max(0, at - 40):at + 40]!r}...")
+        failures += [f"/{path}: image did not load: {src}" for src in facts["brokenImages"]]
+        typeset_pages += facts["katex"] > 0
+    assert not failures, "\n".join(failures)
+    assert typeset_pages >= 5, "the write-ups' math was never typeset"
+
+
+def test_math_survives_instant_navigation(site, visit):
+    visit.goto("")
+    visit.page.evaluate("() => { window.__sameDocument = true; }")
+    visit.page.click('article a[href$="writeups/online-softmax/"]')
+    visit.page.wait_for_url(re.compile(r"writeups/online-softmax/$"))
+    visit.page.wait_for_selector("article .arithmatex .katex")
+    # Material's instant navigation swapped the page in place: the marker set above is still there.
+    assert visit.page.evaluate("() => window.__sameDocument === true")
+    facts = visit.page.evaluate(PAGE_FACTS)
+    assert facts["arithmatex"] > 10 and facts["untypeset"] == 0
+    assert not visit.problems, visit.problems
+
+
+def test_search_finds_the_online_softmax(site, visit):
+    import json
+
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    hits = [d["location"] for d in index["docs"]
+            if "online softmax" in (d.get("title", "") + " " + d.get("text", "")).lower()]
+    assert any(h.startswith("writeups/online-softmax/") for h in hits), hits
+
+    visit.goto("")
+    visit.page.click("input.md-search__input")
+    visit.page.keyboard.type("online softmax", delay=20)
+    visit.page.wait_for_selector(".md-search-result__item", timeout=15000)
+    links = visit.page.eval_on_selector_all(".md-search-result__link", "els => els.map(e => e.href)")
+    assert any("writeups/online-softmax/" in href for href in links[:5]), links
+    assert not visit.problems, visit.problems
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.targets: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        for attr in ("href", "src"):
+            if a.get(attr) and tag in ("a", "img", "link", "script", "source", "iframe"):
+                self.targets.append(a[attr])
+
+
+def test_internal_links_resolve(site):
+    parsed: dict[Path, _Links] = {}
+
+    def parse(page: Path) -> _Links:
+        if page not in parsed:
+            parser = _Links()
+            parser.feed(page.read_text(encoding="utf-8"))
+            parsed[page] = parser
+        return parsed[page]
+
+    broken = []
+    for page in sorted(site.rglob("*.html")):
+        for target in parse(page).targets:
+            parts = urlsplit(target)
+            if parts.scheme or parts.netloc or target.startswith(("mailto:", "javascript:")):
+                continue
+            here = PurePosixPath(page.relative_to(site).as_posix()).parent
+            rel = unquote(parts.path)
+            if rel.startswith("/"):  # 404.html links from the site root (site_url's path is "/")
+                here, rel = PurePosixPath("."), rel.lstrip("/")
+            dest = site / (here / rel) if rel else page
+            dest = Path(os.path.normpath(dest))
+            if dest.is_dir():
+                dest = dest / "index.html"
+            if not dest.is_file() or site.resolve() not in dest.resolve().parents:
+                broken.append(f"{page.relative_to(site)} -> {target}")
+                continue
+            fragment = unquote(parts.fragment)
+            if fragment and dest.suffix == ".html" and not fragment.startswith("__") and fragment not in parse(dest).ids:
+                broken.append(f"{page.relative_to(site)} -> {target} (no id {fragment!r})")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def _not_blank(png: Path) -> bool:
+    from PIL import Image
+
+    with Image.open(png) as im:
+        colours = im.convert("RGB").resize((64, 64)).getcolors(64 * 64)
+    return colours is not None and len(colours) > 20
+
+
+@pytest.mark.parametrize("path, name", [("", "home"), (EVIDENCE_PAGE, "evidence-softmax-row-fusion")])
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_screenshots(site, browser, base_url, tmp_path, path, name, scheme):
+    v = Visit(browser, base_url, color_scheme=scheme)
+    try:
+        assert v.goto(path).status == 200
+        shot = tmp_path / f"{name}-{scheme}.png"
+        v.page.screenshot(path=str(shot), full_page=True)
+        assert not v.problems, v.problems
+    finally:
+        v.close()
+    assert shot.stat().st_size > 20_000 and _not_blank(shot)
+    if os.environ.get("KERNEL_LAB_SCREENSHOTS"):
+        out = Path(os.environ["KERNEL_LAB_SCREENSHOTS"])
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, out / shot.name)

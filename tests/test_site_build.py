@@ -1,0 +1,457 @@
+"""The site: a strict MkDocs build with no warnings, drafts, the records hook, offline assets, and the
+write-ups' own numbers checked against float64 and against the code they describe."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from sitetools import DOCS, ROOT, build_site, front_matter, load_tool, post_url, posts, require_vendored_assets
+
+hooks = load_tool("mkdocs_hooks")
+vendor = load_tool("vendor_assets")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The build
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("site")
+    proc = build_site(site_dir)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{log[-4000:]}"
+    warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
+    assert not warnings, "the build warned:\n" + "\n".join(warnings)
+    return site_dir
+
+
+def test_navigation_sections_exist(site):
+    home = (site / "index.html").read_text(encoding="utf-8")
+    tabs = re.findall(r'<a href="[^"]*" class="md-tabs__link">\s*(.*?)\s*</a>', home, flags=re.S)
+    assert tabs == ["Home", "Write-ups", "Experiments", "Decisions", "Notebooks", "Method"]
+
+
+def test_every_published_post_is_built_and_drafts_are_not(site):
+    published = posts(include_drafts=False)
+    drafts = [p for p in posts() if p not in published]
+    assert drafts, "seed 000 is kept as a draft post"
+    for post in published:
+        if "slug" in front_matter(post):
+            assert (site / post_url(post) / "index.html").is_file(), post
+    for draft in drafts:
+        assert not (site / post_url(draft)).exists(), f"draft {draft.name} was published"
+    index = (site / "writeups" / "index.html").read_text(encoding="utf-8")
+    for draft in drafts:
+        assert front_matter(draft)["slug"] not in index
+
+
+def test_drafts_are_shown_by_mkdocs_serve(tmp_path, monkeypatch):
+    # `mkdocs serve` starts its plugins with command="serve"; the blog then renders drafts.
+    from mkdocs.commands.build import build
+    from mkdocs.config import load_config
+
+    require_vendored_assets()
+    monkeypatch.setenv("NO_MKDOCS_2_WARNING", "1")
+    config = load_config(str(ROOT / "mkdocs.yml"), site_dir=str(tmp_path / "site"))
+    config.plugins.on_startup(command="serve", dirty=False)
+    hooks_module = config.plugins["tools/mkdocs_hooks.py"]
+    hooks_module._serving = False  # the live re-render is tested on its own below; keep this build pure
+    try:
+        build(config)
+    finally:
+        config.plugins.on_shutdown()
+    for draft in [p for p in posts() if front_matter(p).get("draft")]:
+        assert (tmp_path / "site" / post_url(draft) / "index.html").is_file(), draft
+
+
+def test_posts_have_dates_tags_categories_and_an_excerpt():
+    for post in posts():
+        meta = front_matter(post)
+        text = post.read_text(encoding="utf-8")
+        assert meta.get("date"), post
+        assert meta.get("tags") and meta.get("categories"), post
+        assert "<!-- more -->" in text, f"{post.name} has no excerpt separator"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Offline: nothing on a page reaches outside the site
+# --------------------------------------------------------------------------------------------------------
+
+
+class _Assets(HTMLParser):
+    """Collects the URLs a page loads (scripts, stylesheets, icons, images), not the links it offers."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("script", "img", "iframe", "source") and a.get("src"):
+            self.urls.append(a["src"])
+        if tag == "link" and a.get("href") and (a.get("rel") or "") in ("stylesheet", "icon", "preload", "modulepreload", "manifest"):
+            self.urls.append(a["href"])
+
+
+def test_no_page_loads_anything_from_another_host(site):
+    offenders = []
+    for page in site.rglob("*.html"):
+        parser = _Assets()
+        parser.feed(page.read_text(encoding="utf-8"))
+        offenders += [f"{page.relative_to(site)}: {u}" for u in parser.urls if re.match(r"^(https?:)?//", u)]
+    for css in site.rglob("*.css"):
+        offenders += [f"{css.relative_to(site)}: {u}"
+                      for u in re.findall(r"url\(\s*['\"]?((?:https?:)?//[^'\")]+)", css.read_text(encoding="utf-8"))]
+    assert not offenders, "assets from the network:\n" + "\n".join(offenders)
+
+
+def test_math_and_fonts_are_served_by_the_site(site):
+    for rel in ("assets/vendor/katex/katex.min.js", "assets/vendor/katex/katex.min.css",
+                "assets/vendor/katex/contrib/auto-render.min.js", "assets/javascripts/katex-init.js"):
+        assert (site / rel).is_file(), rel
+    css = (site / "assets/vendor/katex/katex.min.css").read_text(encoding="utf-8")
+    for font in set(re.findall(r"url\((fonts/[^)]+\.woff2)\)", css)):
+        assert (site / "assets/vendor/katex" / font).is_file(), font
+    extra = (site / "assets/stylesheets/extra.css").read_text(encoding="utf-8")
+    fonts = re.findall(r'url\("\.\./(vendor/fonts/[^"]+)"\)', extra)
+    assert fonts
+    for font in fonts:
+        assert (site / "assets" / font).is_file(), font
+
+
+def test_generated_snippets_are_not_pages_of_their_own(site):
+    assert not (site / "generated").exists()
+
+
+def test_generated_pages_are_titled_by_their_heading(site):
+    html = (site / "experiments" / "index.html").read_text(encoding="utf-8")
+    for page in sorted((DOCS / "experiments").glob("*.md")):
+        if page.name == "index.md":
+            continue
+        title = hooks.heading_after_comments(page.read_text(encoding="utf-8"))
+        assert title, f"{page} has no heading"
+        # listed in the Experiments section of the navigation, under its own title
+        assert re.search(rf'href="{re.escape(page.stem)}/"[^>]*>\s*<span class="md-ellipsis">\s*{re.escape(title)}', html), page
+
+
+# --------------------------------------------------------------------------------------------------------
+# The hook, on its own
+# --------------------------------------------------------------------------------------------------------
+
+
+def _config(root: Path):
+    return SimpleNamespace(config_file_path=str(root / "mkdocs.yml"), site_dir=str(root / "site"),
+                           use_directory_urls=True, plugins=SimpleNamespace(_current_plugin="hooks"))
+
+
+def test_records_are_published_at_their_own_path(tmp_path):
+    from mkdocs.structure.files import Files
+
+    (tmp_path / "records" / "softmax-x").mkdir(parents=True)
+    record = tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json"
+    record.write_text('{"schema": 1}\n')
+    (tmp_path / "records" / "softmax-x" / ".run.json.tmp").write_text("partial")
+    files = hooks.on_files(Files([]), config=_config(tmp_path))
+    published = {f.src_uri: f for f in files}
+    assert list(published) == ["records/softmax-x/20261101T000000Z-abc.json"]
+    f = published["records/softmax-x/20261101T000000Z-abc.json"]
+    assert f.dest_uri == "records/softmax-x/20261101T000000Z-abc.json"
+    assert f.abs_src_path == str(record)
+    assert f.url == "records/softmax-x/20261101T000000Z-abc.json"
+
+
+def test_a_docs_file_shadowing_a_record_is_refused(tmp_path):
+    from mkdocs.exceptions import PluginError
+    from mkdocs.structure.files import File, Files
+
+    (tmp_path / "records" / "s").mkdir(parents=True)
+    (tmp_path / "records" / "s" / "r.json").write_text("{}")
+    clash = File("records/s/r.json", str(tmp_path / "docs"), str(tmp_path / "site"), True)
+    with pytest.raises(PluginError, match="collides"):
+        hooks.on_files(Files([clash]), config=_config(tmp_path))
+
+
+def test_no_records_folder_publishes_nothing(tmp_path):
+    from mkdocs.structure.files import Files
+
+    assert list(hooks.on_files(Files([]), config=_config(tmp_path))) == []
+
+
+def test_the_build_refuses_to_run_without_vendored_assets(tmp_path):
+    from mkdocs.exceptions import PluginError
+
+    config = SimpleNamespace(config_file_path=str(ROOT / "mkdocs.yml"), docs_dir=str(tmp_path / "docs"), watch=[])
+    with pytest.raises(PluginError, match="vendor_assets.py"):
+        hooks.on_config(config)
+
+
+def test_serve_watches_records_once_they_exist(tmp_path):
+    require_vendored_assets()
+    config = SimpleNamespace(config_file_path=str(tmp_path / "mkdocs.yml"), docs_dir=str(DOCS), watch=["experiments"])
+    hooks.on_config(config)
+    assert config.watch == ["experiments"]  # no records yet: nothing MkDocs would refuse
+    (tmp_path / "records").mkdir()
+    hooks.on_config(config)
+    hooks.on_config(config)
+    assert config.watch == ["experiments", str(tmp_path / "records")]
+
+
+@pytest.mark.parametrize(
+    "markdown, title",
+    [
+        ("<!-- generated -->\n\n# Softmax forward sweep\n\ntext", "Softmax forward sweep"),
+        ("<!-- a -->\n<!-- b\nc -->\n# Two comments #\n", "Two comments"),
+        ("# Plain heading\n", None),  # MkDocs handles a heading that opens the page itself
+        ("<!-- generated -->\n\nSome text\n\n# Late heading\n", None),
+        ("<!-- never closed\n# Heading\n", None),
+    ],
+)
+def test_heading_after_comments(markdown, title):
+    assert hooks.heading_after_comments(markdown) == title
+
+
+def test_serve_rerenders_only_when_the_evidence_inputs_change(tmp_path, monkeypatch):
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "records" / "x").mkdir(parents=True)
+    calls = tmp_path / "calls.txt"
+    # A stand-in renderer that counts its runs and checks the flag it is given.
+    (tmp_path / "tools" / "build_results.py").write_text(
+        "import sys\n"
+        "assert sys.argv[1:] == ['--render-only'], sys.argv\n"
+        f"open({str(calls)!r}, 'a').write('run\\n')\n"
+    )
+    monkeypatch.setattr(hooks, "_rendered_fingerprint", None)
+    runs = lambda: calls.read_text().count("run") if calls.exists() else 0  # noqa: E731
+
+    assert hooks.rerender_if_changed(tmp_path) and runs() == 1
+    assert not hooks.rerender_if_changed(tmp_path) and runs() == 1  # nothing changed: no render, no loop
+    (tmp_path / "records" / "x" / "new.json").write_text("{}")
+    assert hooks.rerender_if_changed(tmp_path) and runs() == 2
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "e.py").write_text("X = 1\n")
+    assert hooks.rerender_if_changed(tmp_path) and runs() == 3
+
+
+def test_a_failing_renderer_is_reported_not_raised(tmp_path, monkeypatch, caplog):
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "build_results.py").write_text("import sys\nsys.exit('bad record')\n")
+    monkeypatch.setattr(hooks, "_rendered_fingerprint", None)
+    assert not hooks.rerender_if_changed(tmp_path)
+    assert "bad record" in caplog.text
+
+
+# --------------------------------------------------------------------------------------------------------
+# Vendored assets
+# --------------------------------------------------------------------------------------------------------
+
+
+def test_every_pinned_package_is_installed():
+    assert vendor.missing() == [], "run python tools/vendor_assets.py"
+
+
+def _fake_package(tmp_path: Path, monkeypatch) -> "vendor.Package":
+    """A local npm-style tarball (no network), with the vendor module pointed at tmp_path."""
+    monkeypatch.setattr(vendor, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(vendor, "VENDOR_DIR", tmp_path / "vendor")
+    (tmp_path / "cache").mkdir()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in {"package/dist/lib.js": b"lib", "package/dist/fonts/a.woff2": b"a",
+                           "package/dist/fonts/b.woff2": b"b", "package/LICENSE": b"MIT"}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    pkg = vendor.Package("@demo/lib", "1.0.0", "", "demo",
+                         (("dist/lib.js", "lib.js"), ("dist/fonts/", "fonts/"), ("LICENSE", "LICENSE")))
+    pkg.tarball.write_bytes(buf.getvalue())
+    return vendor.Package(pkg.name, pkg.version, vendor.sri_sha512(pkg.tarball), pkg.dest, pkg.files)
+
+
+def test_install_unpacks_the_selected_files_and_stamps_them(tmp_path, monkeypatch):
+    pkg = _fake_package(tmp_path, monkeypatch)
+    assert not vendor.is_installed(pkg, tmp_path / "vendor")
+    vendor.install(pkg, tmp_path / "vendor")
+    dest = tmp_path / "vendor" / "demo"
+    assert (dest / "lib.js").read_bytes() == b"lib"
+    assert sorted(p.name for p in (dest / "fonts").iterdir()) == ["a.woff2", "b.woff2"]
+    assert vendor.is_installed(pkg, tmp_path / "vendor")
+    stamp = json.loads((dest / vendor.STAMP).read_text())
+    assert stamp["spec"] == "@demo/lib@1.0.0" and "fonts/b.woff2" in stamp["files"]
+    (dest / "fonts" / "a.woff2").unlink()  # a lost file means a reinstall
+    assert not vendor.is_installed(pkg, tmp_path / "vendor")
+
+
+def test_a_tarball_with_the_wrong_integrity_is_refused_and_nothing_changes(tmp_path, monkeypatch):
+    good = _fake_package(tmp_path, monkeypatch)
+    vendor.install(good, tmp_path / "vendor")
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "vendor").rglob("*"))
+    tampered = vendor.Package(good.name, good.version, "sha512-AAAA", good.dest, good.files)
+    monkeypatch.setattr(vendor.shutil, "which", lambda name: None)  # the cached copy is all there is
+    with pytest.raises(vendor.VendorError, match="npm is not installed"):
+        vendor.install(tampered, tmp_path / "vendor")
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "vendor").rglob("*")) == before
+    assert vendor.is_installed(good, tmp_path / "vendor")
+
+
+def test_a_missing_file_in_the_tarball_is_named(tmp_path, monkeypatch):
+    good = _fake_package(tmp_path, monkeypatch)
+    broken = vendor.Package(good.name, good.version, good.integrity, good.dest, (("dist/nope.js", "nope.js"),))
+    with pytest.raises(vendor.VendorError, match="no file 'dist/nope.js'"):
+        vendor.install(broken, tmp_path / "vendor")
+    assert not (tmp_path / "vendor" / "demo").exists()
+
+
+def test_check_mode_reports_what_is_missing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(vendor, "VENDOR_DIR", tmp_path / "empty")
+    assert vendor.main(["--check"]) == 1
+    assert "katex@" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------------
+# The write-ups: every number they print is checked, and none is a typed measurement
+# --------------------------------------------------------------------------------------------------------
+
+X = np.array([[1.0, 2.0, 3.0], [1.0, 3.0, 5.0]])
+DO = np.array([[0.1, 0.2, 0.7], [0.2, 0.3, 0.5]])
+
+
+def _worked_example():
+    m = X.max(axis=1, keepdims=True)
+    e = np.exp(X - m)
+    d = e.sum(axis=1, keepdims=True)
+    o = e / d
+    s = (o * DO).sum(axis=1, keepdims=True)
+    return {"E": e, "d": d, "O": o, "OdO": o * DO, "s": s, "centred": DO - s, "dX": o * (DO - s),
+            "J1": np.diag(o[0]) - np.outer(o[0], o[0])}
+
+
+def _matrix_rows(a: np.ndarray) -> list[str]:
+    """The LaTeX rows "0.0900 & 0.2447 & 0.6652" of a matrix, four decimals."""
+    return [" & ".join(f"{v:.4f}" for v in row) for row in np.atleast_2d(a)]
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"[ \t]+", " ", text)
+
+
+def test_softmax_post_prints_the_float64_worked_example():
+    text = _normalise((DOCS / "posts" / "softmax.md").read_text(encoding="utf-8"))
+    ex = _worked_example()
+    for key in ("E", "O"):
+        for row in _matrix_rows(ex[key]):
+            assert row in text, (key, row)
+    assert r"\begin{bmatrix} 1.5032 \\ 1.1537 \end{bmatrix}" in text
+
+
+def test_gradient_post_prints_the_float64_backward_example():
+    text = _normalise((DOCS / "posts" / "softmax-gradient.md").read_text(encoding="utf-8"))
+    ex = _worked_example()
+    for key in ("O", "OdO", "centred", "dX"):
+        for row in _matrix_rows(ex[key]):
+            assert row in text, (key, row)
+    assert r"\begin{bmatrix} 0.5236 \\ 0.4718 \end{bmatrix}" in text
+    for row in _matrix_rows(ex["J1"]):
+        assert re.sub(r" +", " ", row) in re.sub(r" +", " ", text), ("J1", row)
+    np.testing.assert_allclose(ex["J1"].T @ DO[0], ex["dX"][0], atol=1e-12)  # the Jacobian agrees
+    np.testing.assert_allclose(ex["dX"].sum(axis=1), 0, atol=1e-12)  # rows of dX sum to zero, as written
+
+
+def test_online_post_prints_the_recurrence_as_computed():
+    text = (DOCS / "posts" / "online-softmax.md").read_text(encoding="utf-8")
+    m, d, states = -np.inf, 0.0, []
+    for x in X[1]:
+        m_new = max(m, x)
+        d = d * np.exp(m - m_new) + np.exp(x - m_new)
+        m = m_new
+        states.append((m, d))
+    assert [f"{d:.4f}" for _, d in states] == ["1.0000", "1.1353", "1.1537"]
+    assert "(3,\\, 1.1353)" in text and "(5,\\, 1.1353 \\cdot e^{-2} + 1) = (5,\\, 1.1537)" in text
+    assert abs(states[-1][1] - _worked_example()["d"][1, 0]) < 1e-12
+
+
+def _table_rows(text: str, header_start: str) -> list[list[str]]:
+    """The body rows of the Markdown table whose header line starts with header_start."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_tuning_post_settings_tables_match_the_code():
+    from kernels.softmax import plan_softmax
+
+    text = (DOCS / "posts" / "tuning-softmax.md").read_text(encoding="utf-8")
+    rows = _table_rows(text, "| row length $N$")
+    assert len(rows) >= 5
+    for n, block_n, warps, per_program, per_thread in rows:
+        plan = plan_softmax(4096, int(n), torch.float32, "single_block")
+        assert (plan.block_n, plan.num_warps, plan.rows_per_program) == (int(block_n.strip("`")), int(warps), int(per_program)), (
+            f"docs/posts/tuning-softmax.md says N = {n} runs with BLOCK_N {block_n}, {warps} warps, {per_program} "
+            f"rows per program, but kernels/softmax.py plans {plan}: update the post's table"
+        )
+        assert int(per_thread) == plan.rows_per_program * plan.block_n // (32 * plan.num_warps)
+    for dtype_cell, block_n, warps in _table_rows(text, "| element type"):
+        for name in re.findall(r"float16|bfloat16|float32", dtype_cell):
+            plan = plan_softmax(4096, 1 << 18, getattr(torch, name), "online")
+            assert (plan.block_n, plan.num_warps) == (int(block_n), int(warps)), (name, plan)
+
+
+def test_fusion_post_byte_table_follows_from_the_byte_counts():
+    text = (DOCS / "posts" / "kernel-fusion.md").read_text(encoding="utf-8")
+    k, n, size = 4096, 12288, 2
+    for m, unfused, fused, share, intensity in _table_rows(text, "| tokens $M$"):
+        m = int(m)
+        b_unfused = (3 * m * k + n * k + m * n + k) * size
+        b_fused = (m * k + n * k + m * n + k) * size
+        assert unfused == f"{b_unfused / 1e6:.1f} MB" and fused == f"{b_fused / 1e6:.1f} MB", m
+        assert abs(float(share.rstrip("%")) - 100 * (b_unfused - b_fused) / b_unfused) < 0.05 * max(1, float(share.rstrip("%")))
+        assert int(intensity) == round(2 * m * n * k / b_fused), m
+
+
+# A measured figure typed into prose: a bandwidth, a latency, or a share of the copy ceiling.
+TYPED_MEASUREMENT = re.compile(
+    r"\d[\d,.]*\s*(?:GB/s|TB/s|µs|us\b|ms\b|TFLOP/s)|\d[\d,.]*\s*%\s*of\s+(?:the\s+)?(?:copy\s+)?(?:ceiling|peak)",
+    re.IGNORECASE,
+)
+
+
+def test_no_write_up_types_a_measured_number():
+    pages = [*posts(), DOCS / "index.md", DOCS / "method.md", DOCS / "notebooks" / "index.md"]
+    found = []
+    for page in pages:
+        body = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)  # code is not prose
+        found += [f"{page.relative_to(ROOT)}: {m.group(0)!r}" for m in TYPED_MEASUREMENT.finditer(body)]
+    assert not found, "measured figures must be included from docs/generated/, not typed:\n" + "\n".join(found)
+
+
+def test_the_typed_measurement_check_can_fail():
+    assert TYPED_MEASUREMENT.search("PyTorch ran at 334.4 GB/s")
+    assert TYPED_MEASUREMENT.search("the kernel took 14.7 µs")
+    assert TYPED_MEASUREMENT.search("97% of the copy ceiling")
+    assert not TYPED_MEASUREMENT.search("65504 is the largest float16; 2·M·N·size bytes")
+
+
+def test_write_ups_include_existing_generated_snippets():
+    includes = []
+    for page in [*posts(), DOCS / "index.md", DOCS / "method.md"]:
+        includes += [(page, inc) for inc in re.findall(r'--8<-- "([^"]+)"', page.read_text(encoding="utf-8"))]
+    assert includes
+    for page, inc in includes:
+        assert inc.startswith("docs/generated/"), (page, inc)
+        assert (ROOT / inc).is_file(), f"{page.name} includes {inc}: run python tools/build_results.py --render-only"

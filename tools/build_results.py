@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Run the declared experiments on this machine's GPU when their evidence is missing or stale, then render
+the evidence pages under docs/ from every recorded run.
+
+    python tools/build_results.py                  run what is missing or stale here (CUDA only), render
+    python tools/build_results.py SLUG [SLUG ...]  the same, for these experiments only
+    python tools/build_results.py --all            run every selected experiment, even with fresh evidence
+    python tools/build_results.py --run SLUG       the same as --all (a new run even if fresh)
+    python tools/build_results.py --render-only    render from the recorded runs; never run anything
+    python tools/build_results.py --list           slugs, titles and verdicts per GPU
+
+Without CUDA nothing is run: the pages are rendered from the recorded runs (one line says so).
+
+Exit codes: 0 done; 1 a run failed outside the per-profile isolation (the records of completed runs are
+kept); 2 bad arguments, an unknown slug, or --run/--all without CUDA; 3 with --strict, some record files
+were skipped as invalid (the pages were still rendered from the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from experiments import all_experiments  # noqa: E402
+from experiments.decisions import DECISIONS  # noqa: E402
+from lab.hashing import source_hashes  # noqa: E402
+from lab.render import collect_evidence, render_outputs, write_outputs  # noqa: E402
+from lab.verdict import STALE  # noqa: E402
+
+EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="build_results.py",
+        description="Run experiments whose evidence for this GPU is missing or stale, then render docs/.",
+        epilog="Exit codes: 0 done; 1 a run failed; 2 usage error or --run without CUDA; "
+               "3 invalid records skipped (with --strict).",
+    )
+    parser.add_argument("slugs", nargs="*", help="experiments to consider (default: all declared)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--all", action="store_true", help="run the selected experiments even if their evidence is fresh")
+    mode.add_argument("--run", action="store_true", help="force a new run (needs CUDA; exits 2 without it)")
+    mode.add_argument("--render-only", action="store_true", help="only render pages from the recorded runs")
+    mode.add_argument("--list", action="store_true", help="list slugs, titles and verdicts per GPU, then exit")
+    parser.add_argument("--records-dir", type=Path, default=ROOT / "records", help="where run records live")
+    parser.add_argument("--docs-dir", type=Path, default=ROOT / "docs", help="where generated pages go")
+    parser.add_argument("--device", default="cuda", help="CUDA device to run on (default: cuda)")
+    parser.add_argument("--strict", action="store_true", help="exit 3 when any record file is invalid")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    experiments = all_experiments()
+    unknown = [s for s in args.slugs if s not in experiments]
+    if unknown:
+        print(f"build_results: unknown experiment(s) {', '.join(unknown)}; declared: {', '.join(experiments)}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    selected = args.slugs or list(experiments)
+    hashes = {slug: source_hashes(e, ROOT) for slug, e in experiments.items()}
+
+    def evidence(report: bool = True):
+        found = collect_evidence(experiments, DECISIONS, args.records_dir, hashes)
+        for problem in found.problems if report else ():
+            print(f"build_results: skipped {problem}", file=sys.stderr)
+        return found
+
+    if args.list:
+        return list_experiments(evidence(), selected)
+
+    has_cuda = torch.cuda.is_available()
+    if (args.run or args.all) and not has_cuda:
+        print("build_results: --run/--all need a CUDA GPU and none is available here; "
+              "use --render-only to render from the recorded runs", file=sys.stderr)
+        return EXIT_USAGE
+
+    status = EXIT_OK
+    if args.render_only:
+        pass
+    elif not has_cuda:
+        print("build_results: no CUDA GPU here: rendering from the recorded runs only")
+    else:
+        status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all, args=args)
+
+    found = evidence()
+    report = write_outputs(render_outputs(found), args.docs_dir)
+    print(f"build_results: rendered {len(report.written)} changed, {len(report.unchanged)} unchanged, "
+          f"{len(report.removed)} removed file(s) under {args.docs_dir}")
+    if status == EXIT_OK and args.strict and found.problems:
+        return EXIT_INVALID_RECORDS
+    return status
+
+
+def run_needed(experiments, selected, found, *, force: bool, args) -> int:
+    """Run each selected experiment whose evidence on this GPU is missing or stale (all of them if forced)."""
+    from lab.environment import gpu_key
+    from lab.runner import run_experiment
+
+    key = gpu_key(torch.cuda.get_device_name(torch.device(args.device)))
+    status = EXIT_OK
+    for slug in selected:
+        verdict = found.verdicts[slug].get(key)
+        if not force and verdict is not None and verdict.state != STALE:
+            print(f"build_results: {slug}: evidence on {key} is fresh ({verdict.state}); not running")
+            continue
+        why = "forced" if force else ("stale" if verdict is not None else "no evidence on this GPU")
+        print(f"build_results: {slug}: running on {key} ({why})")
+        try:
+            _, path = run_experiment(experiments[slug], device=args.device, records_dir=args.records_dir,
+                                     root=ROOT, progress=not args.no_progress)
+        except Exception as exc:  # noqa: BLE001 - report, keep the other experiments' runs going
+            print(f"build_results: {slug}: the run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            status = EXIT_RUN_FAILED
+            continue
+        print(f"build_results: {slug}: wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return status
+
+
+def list_experiments(found, selected) -> int:
+    names = found.gpu_names
+    for slug in selected:
+        experiment = found.experiments[slug]
+        verdicts = found.verdicts[slug]
+        states = "; ".join(f"{names[k]}: {v.state}" for k, v in verdicts.items()) or "No evidence"
+        print(f"{slug}\t{experiment.title}\t{states}")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

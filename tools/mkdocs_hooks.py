@@ -1,0 +1,226 @@
+"""MkDocs hooks for the Kernel Lab site (mkdocs.yml: `hooks: [tools/mkdocs_hooks.py]`).
+
+* Refuses to build without the vendored KaTeX and fonts (tools/vendor_assets.py): a site that would
+  reach for a CDN, or show raw TeX, is worse than a clear error.
+* Publishes every run record under records/ (repository root) at the same path in the site,
+  records/<slug>/<run-id>.json, so generated pages link the raw data and `--strict` checks those links;
+  `mkdocs serve` watches records/ as soon as it exists.
+* Lists every generated experiment and decision page under its section of the navigation, so adding an
+  experiment touches one declaration and no configuration.
+* Under `mkdocs serve`, re-renders the evidence pages (tools/build_results.py --render-only) whenever a
+  record, a page template or a declaration changed, so the served site follows the evidence live.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.nav import Navigation, Section
+from mkdocs.structure.pages import Page
+
+log = logging.getLogger("mkdocs.hooks.kernel_lab")
+
+RECORDS_DIR = "records"
+# Navigation sections filled from the folder their index page lives in.
+LISTED_SECTIONS = ("experiments", "decisions")
+# What the evidence pages are rendered from; a change to any of them re-renders under `mkdocs serve`.
+RENDER_INPUTS = ("records", "lab", "experiments")
+RENDER_COMMAND = ("tools/build_results.py", "--render-only")
+
+# MkDocs loads this module once per process and keeps it across the rebuilds of `mkdocs serve`.
+_serving = False
+_rendered_fingerprint: str | None = None
+
+
+def project_root(config) -> Path:
+    return Path(config.config_file_path).resolve().parent
+
+
+def _load_vendor_assets():
+    """tools/vendor_assets.py, beside this file, as a module (tools/ is not a package)."""
+    name = "kernel_lab_vendor_assets"
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "vendor_assets.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is being built
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------------------------------------
+# Events
+# --------------------------------------------------------------------------------------------------------
+
+
+def on_startup(command: str, dirty: bool) -> None:
+    global _serving
+    _serving = command == "serve"
+
+
+def on_config(config):
+    root = project_root(config)
+    records = root / RECORDS_DIR
+    if records.is_dir() and str(records) not in config.watch:
+        config.watch.append(str(records))  # `mkdocs serve` reloads when a run is recorded
+    vendor = _load_vendor_assets()
+    missing = vendor.missing(Path(config.docs_dir) / "assets" / "vendor")
+    if missing:
+        raise PluginError(
+            f"the site's vendored assets are missing ({', '.join(missing)}): KaTeX and the fonts are served "
+            "from docs/assets/vendor/, never from a CDN. Run `python tools/vendor_assets.py` (or ./dev.sh setup)."
+        )
+    return config
+
+
+def on_pre_build(config) -> None:
+    if _serving:
+        rerender_if_changed(project_root(config))
+
+
+def on_files(files: Files, config) -> Files:
+    for record in record_files(project_root(config), config):
+        if files.get_file_from_path(record.src_uri) is not None:
+            raise PluginError(
+                f"docs/{record.src_uri} collides with the run record of the same name: records are published "
+                f"from {RECORDS_DIR}/ at the repository root; remove the copy under docs/."
+            )
+        files.append(record)
+    return files
+
+
+def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
+    # MkDocs takes a page's title from its first H1 only when the heading opens the page; generated pages
+    # open with their "do not edit" comment, so without this they would be titled after their file name.
+    if "title" not in page.meta:
+        title = heading_after_comments(markdown)
+        if title:
+            page.meta["title"] = title
+    return markdown
+
+
+def on_nav(nav: Navigation, config, files: Files) -> Navigation:
+    for section in _sections(nav.items):
+        folder = _listed_folder(section)
+        if folder is None:
+            continue
+        present = {id(child) for child in section.children}
+        extra = [
+            f.page for f in sorted(files.documentation_pages(), key=lambda f: f.src_uri)
+            if f.src_uri.startswith(folder + "/") and f.page is not None and id(f.page) not in present
+        ]
+        for page in extra:
+            page.parent = section
+        section.children.extend(extra)
+    nav.pages = [item for item in _walk(nav.items) if isinstance(item, Page)]
+    bookended = [None, *nav.pages, None]
+    for before, page, after in zip(bookended, nav.pages, bookended[2:]):
+        page.previous_page, page.next_page = before, after
+    return nav
+
+
+# --------------------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------------------
+
+
+def record_files(root: Path, config) -> list[File]:
+    """A site file for every file under <root>/records/, at the same relative path in the site."""
+    base = root / RECORDS_DIR
+    if not base.is_dir():
+        return []
+    return [
+        File.generated(config, path.relative_to(root).as_posix(), abs_src_path=str(path))
+        for path in sorted(base.rglob("*"))
+        # hidden names are editor and OS droppings, or a record still being written, never records
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(base).parts)
+    ]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Titles and navigation
+# --------------------------------------------------------------------------------------------------------
+
+
+def heading_after_comments(markdown: str) -> str | None:
+    """The text of a leading "# " heading that follows only blank lines and HTML comments, else None."""
+    rest = markdown.lstrip()
+    if not rest.startswith("<!--"):
+        return None  # MkDocs finds a heading that opens the page by itself
+    while rest.startswith("<!--"):
+        end = rest.find("-->")
+        if end < 0:
+            return None
+        rest = rest[end + 3:].lstrip()
+    first = rest.split("\n", 1)[0].strip()
+    if first.startswith("# "):
+        return first[2:].strip().rstrip("#").strip() or None
+    return None
+
+
+def _walk(items):
+    for item in items:
+        yield item
+        if isinstance(item, Section):
+            yield from _walk(item.children)
+
+
+def _sections(items):
+    return [item for item in _walk(items) if isinstance(item, Section)]
+
+
+def _listed_folder(section: Section) -> str | None:
+    """The folder whose pages this section lists: one of LISTED_SECTIONS, if its index page is the first child."""
+    first = section.children[0] if section.children else None
+    if isinstance(first, Page):
+        for folder in LISTED_SECTIONS:
+            if first.file.src_uri == f"{folder}/index.md":
+                return folder
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Live evidence under `mkdocs serve`
+# --------------------------------------------------------------------------------------------------------
+
+
+def render_fingerprint(root: Path) -> str:
+    """A digest of the names, sizes and modification times of everything the evidence pages depend on."""
+    h = hashlib.sha256()
+    for top in RENDER_INPUTS:
+        base = root / top
+        if not base.exists():
+            continue
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                st = path.stat()
+                h.update(f"{path.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def rerender_if_changed(root: Path) -> bool:
+    """Run the renderer when its inputs changed since the last render of this process; True if it ran."""
+    global _rendered_fingerprint
+    fingerprint = render_fingerprint(root)
+    if fingerprint == _rendered_fingerprint:
+        return False
+    _rendered_fingerprint = fingerprint
+    script = root / RENDER_COMMAND[0]
+    if not script.is_file():
+        log.warning(f"{RENDER_COMMAND[0]} is missing: serving the evidence pages as they are on disk")
+        return False
+    pythonpath = os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))
+    proc = subprocess.run([sys.executable, *RENDER_COMMAND], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": pythonpath})
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
+        log.warning(f"re-rendering the evidence pages failed (exit {proc.returncode}):\n{tail}")
+        return False
+    log.info("evidence pages re-rendered from the records")
+    return True

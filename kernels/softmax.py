@@ -136,90 +136,87 @@ def _softmax_bwd_online_kernel(
 
 @triton.jit
 def _softmax_fwd_split_row_kernel(
-    x_ptr, y_ptr, part_m_ptr, part_d_ptr, arrived_ptr, n_rows, n_cols, n_splits, x_row_stride, y_row_stride,
+    x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_cols, n_splits, x_row_stride, y_row_stride,
     BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     # A row is cut into n_splits slices, one per program, each held in registers: x is read once and y
-    # written once (2*M*N*size bytes) however long the row. The programs of a row meet once per row, through
+    # written once (2*M*N*size bytes) however long the row. The programs of a row meet once, through
     # global memory, to merge their (m, d) pairs with the online-softmax rule.
-    # The grid is persistent: a multiple of n_splits programs, no more than the GPU holds at once, each
-    # walking rows with a stride of (programs // n_splits). Siblings wait only for siblings of the same
-    # row, all resident, so the wait ends. The interpreter runs programs one at a time and never gets this
-    # schedule.
-    pid = tl.program_id(0)
-    rows_per_wave = tl.num_programs(0) // n_splits
-    part = pid % n_splits
+    # Work is taken in arrival order (a ticket from sync_ptr[0]), never by program id: every earlier ticket
+    # belongs to a program already running, so a row's slices are all running or done before its last slice
+    # waits, and the wait ends as long as n_splits programs fit on the GPU at once (MAX_SPLITS). The
+    # interpreter runs programs one at a time and never gets this schedule.
+    ticket = tl.atomic_add(sync_ptr, 1)
+    row = ticket // n_splits
+    part = ticket - row * n_splits
+    row64 = row.to(tl.int64)
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
-    for row in range(pid // n_splits, n_rows, rows_per_wave):
-        row64 = row.to(tl.int64)
-        # x stays in its storage dtype across the wait (half the registers for 16-bit inputs); the exps
-        # are computed twice rather than kept live.
-        if EVEN_N:  # whole slices: no masks, which cost a third of the registers
-            x = tl.load(x_ptr + row64 * x_row_stride + cols)
-        else:
-            x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=mask, other=-float("inf"))
-        m = tl.max(x, axis=0).to(tl.float32)
-        m_safe = tl.where(m == -float("inf"), 0.0, m)
-        tl.store(part_m_ptr + row64 * n_splits + part, m)
-        tl.store(part_d_ptr + row64 * n_splits + part, tl.sum(tl.exp(x.to(tl.float32) - m_safe), axis=0))
-        tl.atomic_add(arrived_ptr + row, 1, sem="release")
-        arrived = tl.load(arrived_ptr + row, volatile=True)
-        while arrived < n_splits:
-            arrived = tl.load(arrived_ptr + row, volatile=True)
-        # The acquire orders the partial loads after every sibling's release; its result (== n_splits)
-        # bounds the loads, so the compiler cannot drop it.
-        arrived = tl.atomic_add(arrived_ptr + row, 0, sem="acquire")
-        parts = row64 * n_splits + tl.arange(0, SPLITS_POW2)
-        in_row = tl.arange(0, SPLITS_POW2) < arrived
-        pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
-        pd = tl.load(part_d_ptr + parts, mask=in_row, other=0.0, volatile=True)
-        m_row = tl.max(pm, axis=0)
-        # Slices of only -inf hold d = 0; a row of only -inf gives d_row = NaN, as torch does.
-        d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
-        d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
-        y = tl.exp(x.to(tl.float32) - m_row) * (1.0 / d_row)
-        if EVEN_N:
-            tl.store(y_ptr + row64 * y_row_stride + cols, y.to(y_ptr.dtype.element_ty))
-        else:
-            tl.store(y_ptr + row64 * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+    # x stays in its storage dtype across the wait (half the registers for 16-bit inputs) and the exps are
+    # computed twice rather than kept live; whole slices (EVEN_N) need no masks, which cost a third of the
+    # registers.
+    if EVEN_N:
+        x = tl.load(x_ptr + row64 * x_row_stride + cols)
+    else:
+        x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=cols < n_cols, other=-float("inf"))
+    m = tl.max(x, axis=0).to(tl.float32)
+    m_safe = tl.where(m == -float("inf"), 0.0, m)
+    tl.store(part_m_ptr + ticket, m)
+    tl.store(part_d_ptr + ticket, tl.sum(tl.exp(x.to(tl.float32) - m_safe), axis=0))
+    tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
+    arrived = tl.load(sync_ptr + 1 + row, volatile=True)
+    while arrived < n_splits:
+        arrived = tl.load(sync_ptr + 1 + row, volatile=True)
+    # The acquire orders the partial loads after every sibling's release; its value (== n_splits) bounds
+    # those loads, so the compiler keeps it.
+    arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+    in_row = tl.arange(0, SPLITS_POW2) < arrived
+    pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
+    pd = tl.load(part_d_ptr + parts, mask=in_row, other=0.0, volatile=True)
+    m_row = tl.max(pm, axis=0)
+    # Slices of only -inf hold d = 0; a row of only -inf gives d_row = NaN, as torch does.
+    d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
+    d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
+    y = (tl.exp(x.to(tl.float32) - m_row) * (1.0 / d_row)).to(y_ptr.dtype.element_ty)
+    if EVEN_N:
+        tl.store(y_ptr + row64 * y_row_stride + cols, y)
+    else:
+        tl.store(y_ptr + row64 * y_row_stride + cols, y, mask=cols < n_cols)
 
 
 @triton.jit
 def _softmax_bwd_split_row_kernel(
-    y_ptr, dy_ptr, dx_ptr, part_dot_ptr, arrived_ptr, n_rows, n_cols, n_splits,
-    y_row_stride, dy_row_stride, dx_row_stride,
+    y_ptr, dy_ptr, dx_ptr, part_dot_ptr, sync_ptr, n_cols, n_splits, y_row_stride, dy_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     # The backward of the split-row schedule: each program holds a slice of y and dy, the programs of a row
     # add their partial dots through global memory, then each writes its slice of dx: 3*M*N*size bytes.
-    pid = tl.program_id(0)
-    rows_per_wave = tl.num_programs(0) // n_splits
-    part = pid % n_splits
+    # Tickets as in the forward kernel.
+    ticket = tl.atomic_add(sync_ptr, 1)
+    row = ticket // n_splits
+    part = ticket - row * n_splits
+    row64 = row.to(tl.int64)
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
-    for row in range(pid // n_splits, n_rows, rows_per_wave):
-        row64 = row.to(tl.int64)
-        if EVEN_N:
-            y = tl.load(y_ptr + row64 * y_row_stride + cols).to(tl.float32)
-            dy = tl.load(dy_ptr + row64 * dy_row_stride + cols).to(tl.float32)
-        else:
-            y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(part_dot_ptr + row64 * n_splits + part, tl.sum(y * dy, axis=0))
-        tl.atomic_add(arrived_ptr + row, 1, sem="release")
-        arrived = tl.load(arrived_ptr + row, volatile=True)
-        while arrived < n_splits:
-            arrived = tl.load(arrived_ptr + row, volatile=True)
-        arrived = tl.atomic_add(arrived_ptr + row, 0, sem="acquire")
-        parts = row64 * n_splits + tl.arange(0, SPLITS_POW2)
-        in_row = tl.arange(0, SPLITS_POW2) < arrived
-        dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
-        dx = y * (dy - dot)
-        if EVEN_N:
-            tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty))
-        else:
-            tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    if EVEN_N:
+        y = tl.load(y_ptr + row64 * y_row_stride + cols)
+        dy = tl.load(dy_ptr + row64 * dy_row_stride + cols)
+    else:
+        y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=cols < n_cols, other=0.0)
+        dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0)
+    tl.store(part_dot_ptr + ticket, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
+    tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
+    arrived = tl.load(sync_ptr + 1 + row, volatile=True)
+    while arrived < n_splits:
+        arrived = tl.load(sync_ptr + 1 + row, volatile=True)
+    arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+    in_row = tl.arange(0, SPLITS_POW2) < arrived
+    dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
+    dx = (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_ptr.dtype.element_ty)
+    if EVEN_N:
+        tl.store(dx_ptr + row64 * dx_row_stride + cols, dx)
+    else:
+        tl.store(dx_ptr + row64 * dx_row_stride + cols, dx, mask=cols < n_cols)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -250,7 +247,6 @@ _ONLINE_WARPS = 8
 # at once, so the number of slices is capped far below what one wave of 132 SMs holds.
 _SPLIT_ROW_SETTINGS = {4: (8192, 4), 2: (8192, 4)}
 MAX_SPLITS = 64
-_MAX_PROGRAMS_PER_SM = 8
 
 
 @dataclass(frozen=True)
@@ -261,7 +257,7 @@ class SoftmaxPlan:
     block_n: int
     rows_per_program: int
     num_warps: int
-    grid: int  # programs launched; split_row launches at most one resident wave of them
+    grid: int  # programs launched
     splits: int = 1  # programs per row (split_row only)
 
     def as_dict(self) -> dict:
@@ -322,41 +318,16 @@ def plan_softmax(
 # --------------------------------------------------------------------------------------------------------
 
 
-_WAVE_CACHE: dict = {}
-
-
-def _programs_per_wave(kernel, args: tuple, meta: dict, device: torch.device) -> int:
-    """How many programs of this compiled kernel the GPU holds at once (registers, threads, shared memory).
-
-    The split-row grid must never exceed it: its programs wait for each other.
-    """
-    key = (kernel.fn.__name__, device.index, tuple(sorted(meta.items())), args[0].dtype)
-    if key not in _WAVE_CACHE:
-        compiled = kernel.warmup(*args, grid=(1,), **meta)
-        compiled._init_handles()
-        props = torch.cuda.get_device_properties(device)
-        warps = meta["num_warps"]
-        regs_per_warp = triton.cdiv(compiled.n_regs * 32, 256) * 256  # registers are granted per warp, by 256
-        per_sm = min(
-            getattr(props, "regs_per_multiprocessor", 65536) // (regs_per_warp * warps),
-            props.max_threads_per_multi_processor // (32 * warps),
-            props.shared_memory_per_multiprocessor // max(compiled.metadata.shared, 1),
-            _MAX_PROGRAMS_PER_SM,
-        )
-        _WAVE_CACHE[key] = max(per_sm, 1) * props.multi_processor_count
-    return _WAVE_CACHE[key]
-
-
-def _launch_split_row(kernel, n_rows: int, n_cols: int, plan: SoftmaxPlan, args: tuple, device: torch.device) -> None:
-    meta = dict(
-        BLOCK_N=plan.block_n, SPLITS_POW2=triton.next_power_of_2(plan.splits), EVEN_N=n_cols % plan.block_n == 0,
-        num_warps=plan.num_warps,
+def _launch_split_row(kernel, n_rows: int, n_cols: int, plan: SoftmaxPlan, args: tuple) -> None:
+    kernel[(plan.grid,)](
+        *args, BLOCK_N=plan.block_n, SPLITS_POW2=triton.next_power_of_2(plan.splits),
+        EVEN_N=n_cols % plan.block_n == 0, num_warps=plan.num_warps,
     )
-    wave = _programs_per_wave(kernel, args, meta, device)
-    if wave < plan.splits:
-        raise RuntimeError(f"softmax: {plan.splits} split-row programs per row do not fit on this GPU at once.")
-    grid = min(n_rows, wave // plan.splits) * plan.splits
-    kernel[(grid,)](*args, **meta)
+
+
+def _split_row_sync(n_rows: int, device: torch.device) -> torch.Tensor:
+    """Zeroed per launch: the ticket counter, then one arrival counter per row."""
+    return torch.zeros(1 + n_rows, dtype=torch.int32, device=device)
 
 
 def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -370,9 +341,8 @@ def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = N
         )
     elif plan.impl == "split_row":
         part_m, part_d = torch.empty((2, n_rows * plan.splits), dtype=torch.float32, device=x.device)
-        arrived = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
-        args = (x, y, part_m, part_d, arrived, n_rows, n_cols, plan.splits, x.stride(0), y.stride(0))
-        _launch_split_row(_softmax_fwd_split_row_kernel, n_rows, n_cols, plan, args, x.device)
+        args = (x, y, part_m, part_d, _split_row_sync(n_rows, x.device), n_cols, plan.splits, x.stride(0), y.stride(0))
+        _launch_split_row(_softmax_fwd_split_row_kernel, n_rows, n_cols, plan, args)
     else:
         _softmax_fwd_online_kernel[(plan.grid,)](
             x, y, n_cols, x.stride(0), y.stride(0), BLOCK_N=plan.block_n, num_warps=plan.num_warps,
@@ -393,9 +363,9 @@ def softmax_bwd(
         )
     elif plan.impl == "split_row":
         part_dot = torch.empty(n_rows * plan.splits, dtype=torch.float32, device=y.device)
-        arrived = torch.zeros(n_rows, dtype=torch.int32, device=y.device)
-        args = (y, dy, dx, part_dot, arrived, n_rows, n_cols, plan.splits, y.stride(0), dy.stride(0), dx.stride(0))
-        _launch_split_row(_softmax_bwd_split_row_kernel, n_rows, n_cols, plan, args, y.device)
+        sync = _split_row_sync(n_rows, y.device)
+        args = (y, dy, dx, part_dot, sync, n_cols, plan.splits, y.stride(0), dy.stride(0), dx.stride(0))
+        _launch_split_row(_softmax_bwd_split_row_kernel, n_rows, n_cols, plan, args)
     else:
         _softmax_bwd_online_kernel[(plan.grid,)](
             y, dy, dx, n_cols, y.stride(0), dy.stride(0), dx.stride(0),

@@ -30,6 +30,12 @@ class ScriptedClock:
         self.settles = 0
         self.releases = 0
 
+    def begin_round(self):
+        self.log.append(("hold",))
+
+    def end_round(self):
+        self.log.append(("queued",))
+
     def measure(self, fn):
         self.log.append(("flush",))
         name = fn()
@@ -60,7 +66,10 @@ def test_rounds_rotate_the_order_and_flush_before_every_call():
     assert len(rounds) == PARAMS.warmup_rounds + PARAMS.min_samples
     assert rounds[:3] == [["a", "b", "c"], ["b", "c", "a"], ["a", "b", "c"]], "rotation restarts after warm-up"
     assert rounds[3:] == [["b", "c", "a"], ["c", "a", "b"]]
-    assert all(clock.log[i] == ("flush",) for i in range(0, len(clock.log), 2))
+    calls = [entry for entry in clock.log if entry[0] in ("flush", "call")]
+    assert all(calls[i] == ("flush",) and calls[i + 1][0] == "call" for i in range(0, len(calls), 2))
+    # Every round is queued behind a hold of the device: hold, (flush, call) per profile, queued.
+    assert clock.log[0] == ("hold",) and clock.log[7] == ("queued",) and clock.log[8] == ("hold",)
     assert {k: len(v) for k, v in result.samples_ms.items()} == {"a": 3, "b": 3, "c": 3}
     assert result.errors == {}
 

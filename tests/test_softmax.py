@@ -404,14 +404,17 @@ def test_interpreter_never_plans_split_row(monkeypatch):
 
 
 def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, monkeypatch):
-    # Lower the threshold so the online branch is reachable on a short row, and record which plan ran.
+    # Lower the threshold so the long-row branch is reachable on a short row, and record which plan ran.
     monkeypatch.setitem(AUTO_SINGLE_BLOCK_MAX_N, torch.float32, 64)
     seen = []
     real = softmax_module.softmax_fwd
     monkeypatch.setattr(softmax_module, "softmax_fwd", lambda x, plan, out=None: seen.append(plan.impl) or real(x, plan))
-    softmax(_draw((2, 64), torch.float32, device, gen))
-    softmax(_draw((2, 65), torch.float32, device, gen))
-    assert seen == ["single_block", "online"]
+    y_short = softmax(_draw((2, 64), torch.float32, device, gen))
+    x_long = _draw((2, 65), torch.float32, device, gen)
+    y_long = softmax(x_long)
+    assert seen == ["single_block", choose_impl(65, torch.float32)] and seen[1] != "single_block"
+    _assert_close_to_float64(y_long, x_long)
+    assert y_short.shape == (2, 64)
 
 
 @pytest.mark.parametrize(

@@ -86,13 +86,13 @@ def backward_variants(m: int, n: int, dtype: torch.dtype):
             if base.block_n // (32 * warps) >= 4 and warps != base.num_warps:
                 yield f"single_block/w{warps}", SoftmaxPlan("single_block", base.block_n, base.rows_per_program, warps, base.grid)
     if n >= 16384:
-        for block_n, warps in ((4096, 4), (4096, 8), (8192, 8), (8192, 16), (16384, 16)):
+        for block_n, warps in ((4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)):
             splits = triton.cdiv(n, block_n)
             if 2 <= splits <= 64:
                 yield f"split_row/b{block_n}w{warps}", SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
 
 
-def run(quick: bool, min_n: int = 0) -> dict:
+def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
     torch.manual_seed(0)
     out: dict = {
         "gpu": torch.cuda.get_device_name(),
@@ -120,7 +120,8 @@ def run(quick: bool, min_n: int = 0) -> dict:
             x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
             ref = torch.softmax(x[:64].double(), -1)
             candidates = [(f"lab:{name}", (lambda p=plan: softmax_fwd(x, p))) for name, plan in forward_variants(m, n, dtype)]
-            candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
+            if peers:
+                candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
             for name, fn in candidates:
                 row = {"dtype": str(dtype)[6:], "M": m, "N": n, "variant": name}
                 try:
@@ -140,8 +141,9 @@ def run(quick: bool, min_n: int = 0) -> dict:
             dy = torch.randn(m, n, device="cuda", dtype=dtype)
             ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
             candidates = [(f"lab:{name}", (lambda p=plan: softmax_bwd(y, dy, p))) for name, plan in backward_variants(m, n, dtype)]
-            candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
-                           ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
+            if peers:
+                candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
+                               ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
             for name, fn in candidates:
                 row = {"dtype": str(dtype)[6:], "M": m, "N": n, "variant": name}
                 try:
@@ -180,12 +182,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="every third shape only")
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
+    parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
-    result = run(args.quick, args.min_n)
+    result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
     summarize(result)

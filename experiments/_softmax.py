@@ -60,13 +60,13 @@ def _liger_limit(case: Case, dtype: torch.dtype) -> str | None:
     return f"Liger refuses N > {LIGER_MAX_N}" if case["N"] > LIGER_MAX_N else None
 
 
-def _plan(impl: str):
-    return lambda case, dtype: plan_softmax(case["M"], case["N"], dtype, impl).as_dict()
+def _plan(impl: str, direction: str = "forward"):
+    return lambda case, dtype: plan_softmax(case["M"], case["N"], dtype, impl, direction=direction).as_dict()
 
 
 def _lab_softmax_bwd(impl: str):
     def run(y, dy):
-        return softmax_bwd(y, dy, plan_softmax(y.shape[0], y.shape[1], y.dtype, impl))
+        return softmax_bwd(y, dy, plan_softmax(y.shape[0], y.shape[1], y.dtype, impl, direction="backward"))
 
     return run
 
@@ -114,13 +114,14 @@ FORWARD_PEERS = ("torch.softmax", "torch.compile", "liger")
 # ---- backward profiles -----------------------------------------------------------------------------------
 
 BWD_TRITON_AUTO = Profile("triton-auto", "the lab's softmax_bwd with the plan impl='auto' picks",
-                          _lab_softmax_bwd("auto"), SOFTMAX_SOURCES, plan=_plan("auto"))
+                          _lab_softmax_bwd("auto"), SOFTMAX_SOURCES, plan=_plan("auto", "backward"))
 BWD_TRITON_SINGLE_BLOCK = Profile(
     "triton-single-block", "the lab's single-block backward (y and dy read once)",
-    _lab_softmax_bwd("single_block"), SOFTMAX_SOURCES, plan=_plan("single_block"), unsupported=_single_block_limit,
+    _lab_softmax_bwd("single_block"), SOFTMAX_SOURCES, plan=_plan("single_block", "backward"),
+    unsupported=_single_block_limit,
 )
 BWD_TRITON_ONLINE = Profile("triton-online", "the lab's tiled backward (y and dy read twice)",
-                            _lab_softmax_bwd("online"), SOFTMAX_SOURCES, plan=_plan("online"))
+                            _lab_softmax_bwd("online"), SOFTMAX_SOURCES, plan=_plan("online", "backward"))
 BWD_TORCH = Profile("torch", "PyTorch's softmax backward kernel (what autograd runs)",
                     reference.torch_softmax_backward, REFERENCE_SOURCES)
 BWD_TORCH_COMPILE = Profile("torch.compile", "y * (dy - sum(y * dy)) through torch.compile",

@@ -137,7 +137,7 @@ def _softmax_bwd_online_kernel(
 @triton.jit
 def _softmax_fwd_split_row_kernel(
     x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_cols, n_splits, x_row_stride, y_row_stride,
-    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EVEN_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
 ):
     # A row is cut into n_splits slices, one per program, each held in registers: x is read once and y
     # written once (2*M*N*size bytes) however long the row. The programs of a row meet once, through
@@ -148,75 +148,56 @@ def _softmax_fwd_split_row_kernel(
     # interpreter runs programs one at a time and never gets this schedule.
     ticket = tl.atomic_add(sync_ptr, 1)
     row = ticket // n_splits
-    part = ticket - row * n_splits
-    row64 = row.to(tl.int64)
+    part = ticket % n_splits
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    # x stays in its storage dtype across the wait (half the registers for 16-bit inputs) and the exps are
-    # computed twice rather than kept live; whole slices (EVEN_N) need no masks, which cost a third of the
-    # registers.
-    if EVEN_N:
-        x = tl.load(x_ptr + row64 * x_row_stride + cols)
-    else:
-        x = tl.load(x_ptr + row64 * x_row_stride + cols, mask=cols < n_cols, other=-float("inf"))
-    m = tl.max(x, axis=0).to(tl.float32)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
     m_safe = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m_safe)
     tl.store(part_m_ptr + ticket, m)
-    tl.store(part_d_ptr + ticket, tl.sum(tl.exp(x.to(tl.float32) - m_safe), axis=0))
-    tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
-    arrived = tl.load(sync_ptr + 1 + row, volatile=True)
+    tl.store(part_d_ptr + ticket, tl.sum(e, axis=0))
+    # Release our partials, then wait (acquire) until every slice of the row has released its own.
+    arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
     while arrived < n_splits:
-        arrived = tl.load(sync_ptr + 1 + row, volatile=True)
-    # The acquire orders the partial loads after every sibling's release; its value (== n_splits) bounds
-    # those loads, so the compiler keeps it.
-    arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
-    in_row = tl.arange(0, SPLITS_POW2) < arrived
+    in_row = tl.arange(0, SPLITS_POW2) < n_splits
     pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
     pd = tl.load(part_d_ptr + parts, mask=in_row, other=0.0, volatile=True)
     m_row = tl.max(pm, axis=0)
     # Slices of only -inf hold d = 0; a row of only -inf gives d_row = NaN, as torch does.
     d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
     d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
-    y = (tl.exp(x.to(tl.float32) - m_row) * (1.0 / d_row)).to(y_ptr.dtype.element_ty)
-    if EVEN_N:
-        tl.store(y_ptr + row64 * y_row_stride + cols, y)
-    else:
-        tl.store(y_ptr + row64 * y_row_stride + cols, y, mask=cols < n_cols)
+    scale = tl.where(m == -float("inf"), 0.0, tl.exp(m_safe - m_row)) / d_row
+    tl.store(y_ptr + row.to(tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _softmax_bwd_split_row_kernel(
     y_ptr, dy_ptr, dx_ptr, part_dot_ptr, sync_ptr, n_cols, n_splits, y_row_stride, dy_row_stride, dx_row_stride,
-    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EVEN_N: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
 ):
     # The backward of the split-row schedule: each program holds a slice of y and dy, the programs of a row
     # add their partial dots through global memory, then each writes its slice of dx: 3*M*N*size bytes.
-    # Tickets as in the forward kernel.
+    # Tickets and the wait as in the forward kernel.
     ticket = tl.atomic_add(sync_ptr, 1)
     row = ticket // n_splits
-    part = ticket - row * n_splits
-    row64 = row.to(tl.int64)
+    part = ticket % n_splits
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    if EVEN_N:
-        y = tl.load(y_ptr + row64 * y_row_stride + cols)
-        dy = tl.load(dy_ptr + row64 * dy_row_stride + cols)
-    else:
-        y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=cols < n_cols, other=0.0)
-        dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0)
-    tl.store(part_dot_ptr + ticket, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
-    tl.atomic_add(sync_ptr + 1 + row, 1, sem="release")
-    arrived = tl.load(sync_ptr + 1 + row, volatile=True)
+    mask = cols < n_cols
+    row64 = row.to(tl.int64)
+    y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(part_dot_ptr + ticket, tl.sum(y * dy, axis=0))
+    arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
     while arrived < n_splits:
-        arrived = tl.load(sync_ptr + 1 + row, volatile=True)
-    arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
-    in_row = tl.arange(0, SPLITS_POW2) < arrived
+    in_row = tl.arange(0, SPLITS_POW2) < n_splits
     dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
-    dx = (y.to(tl.float32) * (dy.to(tl.float32) - dot)).to(dx_ptr.dtype.element_ty)
-    if EVEN_N:
-        tl.store(dx_ptr + row64 * dx_row_stride + cols, dx)
-    else:
-        tl.store(dx_ptr + row64 * dx_row_stride + cols, dx, mask=cols < n_cols)
+    dx = y * (dy - dot)
+    tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -234,7 +215,10 @@ AUTO_SINGLE_BLOCK_MAX_N = {torch.float32: 32768, torch.float16: 32768, torch.bfl
 
 # Single-block settings, by padded row length: (largest BLOCK_N, num_warps). Larger rows need more warps
 # to keep the per-thread register footprint near 32-64 elements.
-_SINGLE_BLOCK_WARPS = ((2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32))
+_SINGLE_BLOCK_WARPS = {
+    "forward": ((2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32)),
+    "backward": ((2048, 4), (4096, 8), (32768, 16), (MAX_SINGLE_BLOCK_N, 32)),  # two tensors a row at 32k
+}
 # Short rows share a program until it reads this many bytes of x, by element size (bytes).
 _BYTES_PER_PROGRAM = {4: 2048, 2: 4096}
 _MIN_BLOCK_N = 16
@@ -245,7 +229,8 @@ _ONLINE_WARPS = 8
 
 # Split-row settings by element size: (slice width BLOCK_N, num_warps). A row needs all its slices resident
 # at once, so the number of slices is capped far below what one wave of 132 SMs holds.
-_SPLIT_ROW_SETTINGS = {4: (8192, 4), 2: (8192, 4)}
+_SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 8), 2: (8192, 8)}}
+DIRECTIONS = ("forward", "backward")
 MAX_SPLITS = 64
 
 
@@ -284,15 +269,23 @@ def _element_size(dtype: torch.dtype) -> int:
 
 
 def _split_row_count(n_cols: int, dtype: torch.dtype) -> int:
-    return triton.cdiv(n_cols, _SPLIT_ROW_SETTINGS[_element_size(dtype)][0])
+    # Both directions cut rows into slices of the same width, so forward and backward dispatch alike.
+    return triton.cdiv(n_cols, _SPLIT_ROW_SETTINGS["forward"][_element_size(dtype)][0])
 
 
 def plan_softmax(
-    n_rows: int, n_cols: int, dtype: torch.dtype, impl: str = "auto", allow_split_row: bool | None = None
+    n_rows: int,
+    n_cols: int,
+    dtype: torch.dtype,
+    impl: str = "auto",
+    allow_split_row: bool | None = None,
+    direction: str = "forward",
 ) -> SoftmaxPlan:
-    """Launch plan for a row softmax (forward or backward) over an n_rows x n_cols matrix."""
+    """Launch plan for a row softmax over an n_rows x n_cols matrix; `direction` is "forward" or "backward"."""
     if impl not in IMPLS:
         raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"softmax: direction must be 'forward' or 'backward', got {direction!r}.")
     if impl == "auto":
         impl = choose_impl(n_cols, dtype, allow_split_row)
     if impl == "single_block":
@@ -302,11 +295,11 @@ def plan_softmax(
                 f"softmax: impl='single_block' holds a row in registers and accepts N <= {MAX_SINGLE_BLOCK_N}, "
                 f"got N = {n_cols}; use impl='online' or impl='auto'."
             )
-        num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS if block_n <= limit)
+        num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
         rows = max(1, _BYTES_PER_PROGRAM[_element_size(dtype)] // (block_n * _element_size(dtype)))
         return SoftmaxPlan("single_block", block_n, rows, num_warps, triton.cdiv(n_rows, rows))
     if impl == "split_row":
-        block_n, num_warps = _SPLIT_ROW_SETTINGS[_element_size(dtype)]
+        block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
         splits = triton.cdiv(n_cols, block_n)
         return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits)
     block_n = min(_ONLINE_BLOCK_N[_element_size(dtype)], max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols)))
@@ -318,10 +311,9 @@ def plan_softmax(
 # --------------------------------------------------------------------------------------------------------
 
 
-def _launch_split_row(kernel, n_rows: int, n_cols: int, plan: SoftmaxPlan, args: tuple) -> None:
+def _launch_split_row(kernel, plan: SoftmaxPlan, args: tuple) -> None:
     kernel[(plan.grid,)](
-        *args, BLOCK_N=plan.block_n, SPLITS_POW2=triton.next_power_of_2(plan.splits),
-        EVEN_N=n_cols % plan.block_n == 0, num_warps=plan.num_warps,
+        *args, BLOCK_N=plan.block_n, SPLITS_POW2=triton.next_power_of_2(plan.splits), num_warps=plan.num_warps,
     )
 
 
@@ -342,7 +334,7 @@ def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = N
     elif plan.impl == "split_row":
         part_m, part_d = torch.empty((2, n_rows * plan.splits), dtype=torch.float32, device=x.device)
         args = (x, y, part_m, part_d, _split_row_sync(n_rows, x.device), n_cols, plan.splits, x.stride(0), y.stride(0))
-        _launch_split_row(_softmax_fwd_split_row_kernel, n_rows, n_cols, plan, args)
+        _launch_split_row(_softmax_fwd_split_row_kernel, plan, args)
     else:
         _softmax_fwd_online_kernel[(plan.grid,)](
             x, y, n_cols, x.stride(0), y.stride(0), BLOCK_N=plan.block_n, num_warps=plan.num_warps,
@@ -365,7 +357,7 @@ def softmax_bwd(
         part_dot = torch.empty(n_rows * plan.splits, dtype=torch.float32, device=y.device)
         sync = _split_row_sync(n_rows, y.device)
         args = (y, dy, dx, part_dot, sync, n_cols, plan.splits, y.stride(0), dy.stride(0), dx.stride(0))
-        _launch_split_row(_softmax_bwd_split_row_kernel, n_rows, n_cols, plan, args)
+        _launch_split_row(_softmax_bwd_split_row_kernel, plan, args)
     else:
         _softmax_bwd_online_kernel[(plan.grid,)](
             y, dy, dx, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
@@ -397,7 +389,7 @@ class SoftmaxFunction(torch.autograd.Function):
         plan = plan_softmax(x_rows.shape[0], x_rows.shape[1], x.dtype, impl)
         y_rows = softmax_fwd(x_rows, plan)
         ctx.save_for_backward(y_rows)
-        ctx.plan = plan
+        ctx.impl = impl
         ctx.dim = dim
         return _from_rows(y_rows, x, dim)
 
@@ -406,7 +398,8 @@ class SoftmaxFunction(torch.autograd.Function):
     def backward(ctx, dy: torch.Tensor):
         (y_rows,) = ctx.saved_tensors
         dy_rows = _as_rows(dy.to(y_rows.dtype), ctx.dim)
-        dx_rows = softmax_bwd(y_rows, dy_rows, ctx.plan)
+        plan = plan_softmax(y_rows.shape[0], y_rows.shape[1], y_rows.dtype, ctx.impl, direction="backward")
+        dx_rows = softmax_bwd(y_rows, dy_rows, plan)
         return _from_rows(dx_rows, dy, ctx.dim), None, None
 
 

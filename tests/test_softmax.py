@@ -428,6 +428,19 @@ def test_single_block_settings_table(n, block_n, warps, rows):
     assert plan.grid == -(-1000 // rows)
 
 
+@pytest.mark.parametrize("n,forward_warps,backward_warps", [(16384, 16, 16), (16385, 32, 16), (32768, 32, 16),
+                                                            (32769, 32, 32)])
+def test_backward_settings_differ_where_measured(n, forward_warps, backward_warps):
+    assert plan_softmax(64, n, torch.float32, "single_block").num_warps == forward_warps
+    assert plan_softmax(64, n, torch.float32, "single_block", direction="backward").num_warps == backward_warps
+    fwd = plan_softmax(64, 100000, torch.bfloat16, "auto", True)
+    bwd = plan_softmax(64, 100000, torch.bfloat16, "auto", True, direction="backward")
+    assert (fwd.impl, bwd.impl, fwd.splits) == ("split_row", "split_row", bwd.splits)
+    assert (fwd.num_warps, bwd.num_warps) == (4, 8)
+    with pytest.raises(ValueError, match="direction"):
+        plan_softmax(64, n, torch.float32, direction="sideways")
+
+
 @pytest.mark.parametrize("n,rows", [(256, 8), (512, 4), (1024, 2), (2048, 1)])
 def test_short_rows_share_a_program_by_bytes(n, rows):
     # 16-bit rows pack twice as many per program as fp32 rows of the same length (4 KiB against 2 KiB).

@@ -372,14 +372,15 @@ def rmsnorm_linear_fwd(
 
 
 def resolve_plan(n_rows: int, n_cols: int, n_features: int, dtype: torch.dtype, device: str) -> RmsNormLinearPlan:
-    """The plan with the config that runs for this shape: on CUDA this launches once on zeros so that
-    autotuning (cached per key) has chosen; under the interpreter it is the fixed config, without a launch;
-    anywhere else it is the pure plan (config None)."""
+    """The plan with the config that runs for this shape: on CUDA this launches once on random operands so
+    that autotuning (cached per key) has chosen — never on zeros, which run faster than real data and would
+    bias the choice; under the interpreter it is the fixed config, without a launch; anywhere else it is the
+    pure plan (config None)."""
     plan = plan_rmsnorm_linear(n_rows, n_cols, n_features, dtype)
     if not plan.autotuned or torch.device(device).type != "cuda":
         return plan
-    x = torch.zeros(n_rows, n_features, dtype=dtype, device=device)
-    weight = torch.zeros(n_cols, n_features, dtype=dtype, device=device)
+    x = torch.randn(n_rows, n_features, device=device).to(dtype)
+    weight = torch.randn(n_cols, n_features, device=device).mul_(n_features**-0.5).to(dtype)
     gamma = torch.ones(n_features, dtype=dtype, device=device)
     return rmsnorm_linear_fwd(x, weight, gamma, 1e-6, plan)[2]
 

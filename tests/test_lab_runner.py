@@ -25,7 +25,7 @@ from lab.runner import (
     run_experiment,
     select_rows,
 )
-from lab.timing import TimingParams, WallClock
+from lab.timing import CudaEventClock, TimingParams, WallClock
 from lab.verdict import NO_EVIDENCE
 
 FEW = TimingParams(warmup_rounds=1, min_samples=3, max_samples=3, target_seconds=0.0, copy_bytes=1 << 20,
@@ -95,7 +95,7 @@ def test_run_records_every_status_and_renders_the_evidence_note(tmp_path):
     assert record.hashes == source_hashes(experiment, REPO_ROOT)
     assert "kernels/softmax.py" in record.hashes and "tests/test_lab_runner.py" in record.hashes
     assert record.copy_ceiling.gbps > 0 and len(record.copy_ceiling.samples_ms) == FEW.copy_repeats
-    assert record.timing.min_samples == 3 and record.timing.clock == ("cuda-events" if HAS_CUDA else "wall-clock")
+    assert record.timing.min_samples == 3 and record.timing.clock == (CudaEventClock.name if HAS_CUDA else WallClock.name)
 
     assert [(p.case, p.dtype) for p in record.points] == [("4x64", "float32"), ("4x48", "float32")]
     for case, point in zip(experiment.cases, record.points, strict=True):

@@ -1,4 +1,4 @@
-"""Row softmax, forward and backward, in two schedules.
+"""Row softmax, forward and backward, in three schedules.
 
     y = softmax(x),  y_j = exp(x_j - m) / d,  m = max_k x_k,  d = sum_k exp(x_k - m)
     dx = y * (dy - dot),  dot = <dy, y> = sum_k dy_k * y_k
@@ -18,8 +18,9 @@ Schedules, with the DRAM bytes each moves for an M x N input of `size`-byte elem
 
 `impl="auto"` takes single-block up to a per-dtype row length and split-row beyond it (online under the
 interpreter, or past MAX_SPLITS slices); AUTO_SINGLE_BLOCK_MAX_N records the measurement behind that
-threshold. `impl="single_block"` and `impl="online"` force a schedule. The maths is written up in docs/posts (the softmax, its
-gradient and the online softmax posts).
+threshold. `impl="single_block"` and `impl="online"` force a schedule. The maths is written up in
+docs/posts (the softmax, its gradient and the online softmax posts); what each setting was measured against
+is in notes/softmax-speed.md.
 """
 
 from __future__ import annotations
@@ -209,12 +210,16 @@ def _softmax_bwd_split_row_kernel(
 MAX_SINGLE_BLOCK_N = 131072
 
 # impl="auto": single-block up to and including this N; above it split-row on a GPU, online under the
-# interpreter. Measured on an H100 80GB HBM3, forward, M*N*size >= 256 MiB, L2 flushed (experiment
-# `softmax-long-rows`; the numbers are in docs/notes/softmax-tuning.md).
+# interpreter. Measured on an NVIDIA H200 (132 SMs, copy ceiling 4.2 TB/s), forward, M*N = 2^28, L2 flushed
+# (notes/softmax-speed.md, probe 1): at N = 32,768 single-block 98% of the ceiling against split-row's 90%
+# (fp32) and 76% against 71% (bf16); at N = 65,536 single-block 72% against 89% (fp32), 66% against 72%
+# (bf16). The record of experiment `softmax-long-rows` shows the resulting dispatch against every peer.
 AUTO_SINGLE_BLOCK_MAX_N = {torch.float32: 32768, torch.float16: 32768, torch.bfloat16: 32768}
 
 # Single-block settings, by padded row length: (largest BLOCK_N, num_warps). Larger rows need more warps
-# to keep the per-thread register footprint near 32-64 elements.
+# to keep the per-thread register footprint near 32-64 elements. Measured on the H200 (notes/softmax-speed.md):
+# 2k-element rows run at 99% with 4 warps and 87% with 8 (bf16); the backward at 32k holds two tensors a
+# row and prefers 16 warps (99% against 75% with 32, fp32).
 _SINGLE_BLOCK_WARPS = {
     "forward": ((2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32)),
     "backward": ((2048, 4), (4096, 8), (32768, 16), (MAX_SINGLE_BLOCK_N, 32)),  # two tensors a row at 32k

@@ -1,8 +1,9 @@
 """How numbers appear on the pages: one function per kind of number, so every page writes them alike.
 
-Latency in µs to 3 significant figures (thousands separated), throughput in GB/s as an integer from 100
-up and to one decimal below, percentages as integers, speedups and their bounds to 3 decimals, relative
-errors in scientific notation to 2 significant figures. A missing value is an en dash.
+Latency in µs to at least 3 significant figures (whole µs with thousands separated from 100 µs up),
+throughput in GB/s as an integer from 100 up and to one decimal below, percentages as integers, speedups
+and their bounds to 3 decimals, relative errors in scientific notation to 2 significant figures. A missing
+value is an en dash.
 """
 
 from __future__ import annotations

@@ -42,22 +42,28 @@ def _field(data: Mapping[str, Any], key: str, where: str) -> Any:
     return data[key]
 
 
-def _str(data, key, where, *, optional=False) -> str | None:
+def _checked(data, key, where, accepts, expected: str, *, optional=False) -> Any:
+    """data[key] when `accepts` it (None too when optional), else a RecordError naming what was expected."""
     value = _field(data, key, where)
     if value is None and optional:
         return None
-    if not isinstance(value, str):
-        raise RecordError(f"{where}.{key}: expected a string, got {type(value).__name__}")
+    if not accepts(value):
+        raise RecordError(f"{where}.{key}: expected {expected}, got {type(value).__name__}")
     return value
+
+
+def _object(data: Any, where: str) -> None:
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+
+
+def _str(data, key, where, *, optional=False) -> str | None:
+    return _checked(data, key, where, lambda v: isinstance(v, str), "a string", optional=optional)
 
 
 def _int(data, key, where, *, optional=False) -> int | None:
-    value = _field(data, key, where)
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RecordError(f"{where}.{key}: expected an integer, got {type(value).__name__}")
-    return value
+    return _checked(data, key, where, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer",
+                    optional=optional)
 
 
 def _number(value: Any, where: str) -> float:
@@ -74,9 +80,7 @@ def _float(data, key, where, *, optional=False) -> float | None:
 
 
 def _samples(data, key, where) -> tuple[float, ...]:
-    value = _field(data, key, where)
-    if not isinstance(value, list):
-        raise RecordError(f"{where}.{key}: expected a list of times in ms, got {type(value).__name__}")
+    value = _checked(data, key, where, lambda v: isinstance(v, list), "a list of times in ms")
     samples = tuple(_number(v, f"{where}.{key}[{i}]") for i, v in enumerate(value))
     if any(s < 0 for s in samples):
         raise RecordError(f"{where}.{key}: times cannot be negative")
@@ -84,19 +88,11 @@ def _samples(data, key, where) -> tuple[float, ...]:
 
 
 def _dict(data, key, where, *, optional=False) -> dict | None:
-    value = _field(data, key, where)
-    if value is None and optional:
-        return None
-    if not isinstance(value, dict):
-        raise RecordError(f"{where}.{key}: expected an object, got {type(value).__name__}")
-    return value
+    return _checked(data, key, where, lambda v: isinstance(v, dict), "an object", optional=optional)
 
 
 def _list(data, key, where) -> list:
-    value = _field(data, key, where)
-    if not isinstance(value, list):
-        raise RecordError(f"{where}.{key}: expected a list, got {type(value).__name__}")
-    return value
+    return _checked(data, key, where, lambda v: isinstance(v, list), "a list")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -131,8 +127,7 @@ class ProfileResult:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "ProfileResult":
-        if not isinstance(data, dict):
-            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        _object(data, where)
         status = _str(data, "status", where)
         if status not in STATUSES:
             raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
@@ -175,8 +170,7 @@ class Point:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "Point":
-        if not isinstance(data, dict):
-            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        _object(data, where)
         shape = _dict(data, "shape", where)
         for dim, size in shape.items():
             if isinstance(size, bool) or not isinstance(size, int):
@@ -208,8 +202,7 @@ class CopyCeiling:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "CopyCeiling":
-        if not isinstance(data, dict):
-            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        _object(data, where)
         return cls(
             gbps=_float(data, "gbps", where),
             bytes_copied=_int(data, "bytes_copied", where),
@@ -221,7 +214,7 @@ class CopyCeiling:
 class TimingMethod:
     """How the samples were taken, so a reader can judge (and a later run can repeat) them."""
 
-    clock: str  # "cuda-events" or "wall-clock"
+    clock: str  # the clock's name in lab.timing, e.g. "wall-clock" or "cuda-events, device held while ..."
     l2_flush_bytes: int
     warmup_rounds: int
     min_samples: int
@@ -231,8 +224,7 @@ class TimingMethod:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "TimingMethod":
-        if not isinstance(data, dict):
-            raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
+        _object(data, where)
         return cls(
             clock=_str(data, "clock", where),
             l2_flush_bytes=_int(data, "l2_flush_bytes", where),

@@ -135,11 +135,15 @@ def _verdict_label(experiment: Experiment, verdict: Verdict | None) -> str:
     return badge(experiment, verdict)
 
 
+def _status_mark(status: str) -> str:
+    return INCORRECT_MARK if status == "incorrect" else status
+
+
 def _status_cell(result) -> str:
     if result.status == "ok":
         return "ok"
     detail = fmt.table_cell(result.reason or result.error or "")
-    status = INCORRECT_MARK if result.status == "incorrect" else result.status
+    status = _status_mark(result.status)
     return f"{status}: {detail}" if detail else status
 
 
@@ -230,10 +234,8 @@ def _matrix(experiment: Experiment, points: list[Point]) -> dict:
                 cells.append(fmt.DASH)
             elif result.status == "ok":
                 cells.append(f"{fmt.gbps(result.gbps)} ({fmt.percent(result.pct_of_ceiling)})")
-            elif result.status == "incorrect":
-                cells.append(INCORRECT_MARK)
             else:
-                cells.append(result.status)
+                cells.append(_status_mark(result.status))
         rows.append({"case": point.case, "cells": cells})
     return {"names": names, "rows": rows}
 
@@ -249,7 +251,7 @@ def _not_timed(experiment: Experiment, points: list[Point]) -> list[dict]:
                 groups.setdefault(key, []).append(point.case)
     items = sorted(groups.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1], kv[0][2]))
     return [
-        {"name": name, "status": INCORRECT_MARK if status == "incorrect" else status, "detail": detail,
+        {"name": name, "status": _status_mark(status), "detail": detail,
          "cases": ", ".join(cases) if len(cases) <= 6 else f"{len(cases)} cases ({cases[0]} … {cases[-1]})"}
         for (name, status, detail), cases in items
     ]
@@ -321,15 +323,15 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
     for dtype in _dtypes_in(run):
         points = [p for p in run.points if p.dtype == dtype]
         single = len(points) == 1
+        judgement = judgements.get((points[0].case, dtype))
         dtypes.append({
             "dtype": dtype,
             "plot": f"../{PLOTS_DIR}/{plot_filename(experiment.slug, gpu_key, dtype)}",
             "single": single,
             "point": points[0],
             "checked_rows": _checked_rows_text(points),
-            "profile_rows": _profile_rows(experiment, points[0], judgements.get((points[0].case, dtype)), cpu)
-            if single else [],
-            "judgement": _judgement_row(judgements.get((points[0].case, dtype)), cpu) if single else None,
+            "profile_rows": _profile_rows(experiment, points[0], judgement, cpu) if single else [],
+            "judgement": _judgement_row(judgement, cpu) if single else None,
             "case_rows": [] if single else _case_rows(experiment, points, judgements, cpu),
             "matrix": None if single else _matrix(experiment, points),
             "not_timed": [] if single else _not_timed(experiment, points),
@@ -360,11 +362,8 @@ def _checked_rows_text(points: list[Point]) -> str:
 
 
 def _dtypes_in(run: RunRecord) -> list[str]:
-    seen: list[str] = []
-    for point in run.points:
-        if point.dtype not in seen:
-            seen.append(point.dtype)
-    return seen
+    """The run's dtypes in the order its points first use them."""
+    return list(dict.fromkeys(point.dtype for point in run.points))
 
 
 def _gpu_order(keys: Iterable[str]) -> list[str]:
@@ -406,8 +405,6 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
         "header": GENERATED_HEADER,
         "e": experiment,
         "run_shape": run_shape(experiment),
-        "badges": [{"gpu_name": s["gpu_name"], "badge": s["badge"], "kind": s["kind"], "summary": s["summary"],
-                    "cpu": s["cpu"]} for s in sections],
         "no_evidence_badge": badge(experiment, None),
         "rule": RULE_TEXT,
         "sections": sections,
@@ -562,6 +559,7 @@ def _jinja() -> jinja2.Environment:
 def render_outputs(evidence: Evidence) -> dict[str, str]:
     """Every generated file, as docs-relative path -> content (SVG plots included)."""
     env = _jinja()
+    gpu_names = evidence.gpu_names
     out: dict[str, str] = {}
     gpu_columns, index_rows = _index_rows(evidence, "")
     out["experiments/index.md"] = env.get_template("experiments_index.md.j2").render(
@@ -576,7 +574,7 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
                 out[f"{PLOTS_DIR}/{plot_filename(slug, key, dtype)}"] = render_plot(experiment, verdict.run, dtype)
         out[f"generated/{slug}.md"] = env.get_template("snippet_experiment.md.j2").render(
             header=GENERATED_HEADER, e=experiment, link=f"/experiments/{slug}.md",
-            badges=[{"gpu": evidence.gpu_names[k], "label": _verdict_label(experiment, v)}
+            badges=[{"gpu": gpu_names[k], "label": _verdict_label(experiment, v)}
                     for k, v in evidence.verdicts[slug].items() if v.run.is_performance_evidence],
             no_evidence=badge(experiment, None), rows=_summary_rows(evidence, slug),
             refresh=f"{REFRESH_COMMAND} {slug}",

@@ -2,8 +2,9 @@
 
 Method (the same on every device; only the clock differs):
 
-* Before every sample a buffer twice the size of the L2 cache is zeroed, so each call reads its inputs
-  from DRAM. The flush runs before the start event and is not timed.
+* Before every sample a buffer twice the size of the L2 cache is zeroed (on the CPU, a fixed
+  CPU_FLUSH_BYTES buffer), so each call reads its inputs from DRAM. The flush runs before the start
+  event and is not timed.
 * On CUDA each sample is a pair of CUDA events around one call; on the CPU (Triton's interpreter) it is
   time.perf_counter around the call. CPU figures are never performance evidence.
 * Profiles are timed in rounds: round r times every profile once, in the declaration order rotated by r,

@@ -86,9 +86,9 @@ def badge(experiment: Experiment, verdict: Verdict | None) -> str:
     return f"{state}: {experiment.claim.short}" if experiment.claim.short else state
 
 
-def _status_text(status: str, result) -> str:
+def _status_text(result) -> str:
     detail = result.reason or result.error
-    return f"{status} ({detail})" if detail else status
+    return f"{result.status} ({detail})" if detail else result.status
 
 
 def judge_point(experiment: Experiment, point: Point) -> PointJudgement:
@@ -96,7 +96,7 @@ def judge_point(experiment: Experiment, point: Point) -> PointJudgement:
     claim = experiment.claim
     subject = point.results.get(claim.subject)
     if subject is None or subject.status != "ok":
-        what = "absent from the run" if subject is None else _status_text(subject.status, subject)
+        what = "absent from the run" if subject is None else _status_text(subject)
         return PointJudgement(point.case, point.dtype, AGAINST, None, None, f"{claim.subject} is {what}")
     correct = [
         (point.results[name].p50_ms, name)
@@ -125,16 +125,19 @@ def judge_run(experiment: Experiment, run: RunRecord) -> tuple[str, tuple[PointJ
         return INCONCLUSIVE, points, "The run holds no points."
     against = [p for p in points if p.outcome == AGAINST]
     if against:
-        first = against[0]
-        more = f" (and {len(against) - 1} more point(s))" if len(against) > 1 else ""
-        return REJECTED, points, f"At {first.case} {first.dtype}: {first.reason}{more}"
+        return REJECTED, points, _first_of(against)
     undecided = [p for p in points if p.outcome == UNDECIDED]
     if not undecided:
         threshold = experiment.claim.threshold
         return SUPPORTED, points, f"Every one of {len(points)} point(s) clears the threshold {threshold:g}"
-    first = undecided[0]
-    more = f" (and {len(undecided) - 1} more point(s))" if len(undecided) > 1 else ""
-    return INCONCLUSIVE, points, f"At {first.case} {first.dtype}: {first.reason}{more}"
+    return INCONCLUSIVE, points, _first_of(undecided)
+
+
+def _first_of(judgements: list[PointJudgement]) -> str:
+    """The first judgement's case and reason, and how many more share its outcome."""
+    first = judgements[0]
+    more = f" (and {len(judgements) - 1} more point(s))" if len(judgements) > 1 else ""
+    return f"At {first.case} {first.dtype}: {first.reason}{more}"
 
 
 def newest(runs: Iterable[RunRecord]) -> RunRecord | None:

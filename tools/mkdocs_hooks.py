@@ -32,7 +32,7 @@ RECORDS_DIR = "records"
 # Navigation sections filled from the folder their index page lives in.
 LISTED_SECTIONS = ("experiments", "decisions")
 # What the evidence pages are rendered from; a change to any of them re-renders under `mkdocs serve`.
-RENDER_INPUTS = ("records", "lab", "experiments")
+RENDER_INPUTS = ("records", "lab", "experiments", "kernels")
 RENDER_COMMAND = ("tools/build_results.py", "--render-only")
 
 # MkDocs loads this module once per process and keeps it across the rebuilds of `mkdocs serve`.

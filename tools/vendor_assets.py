@@ -2,7 +2,7 @@
 
     python tools/vendor_assets.py            install what is missing (fast no-op when everything is there)
     python tools/vendor_assets.py --check    exit 1, naming what is missing, without touching the network
-    python tools/vendor_assets.py --force    download and install again
+    python tools/vendor_assets.py --force    install again (downloading only what .cache/npm/ lacks)
 
 KaTeX (math typesetting) and two font families (Inter for text, JetBrains Mono for code) are fetched with
 `npm pack` at pinned versions, checked against the registry's sha512 integrity pinned here, and unpacked

@@ -45,6 +45,24 @@ def check(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
+def measure(candidates, ref: torch.Tensor, nbytes: int, ceiling: float, key: dict) -> list[dict]:
+    """Check each candidate's first 64 rows against `ref`, then time it; one printed row per candidate."""
+    rows = []
+    for name, fn in candidates:
+        row = {**key, "variant": name}
+        try:
+            err = check(fn()[:64], ref)
+            ms = time_ms(fn)
+            gbs = nbytes / ms / 1e6
+            row.update(ms=ms, gbs=gbs, pct=100 * gbs / ceiling, rel_err=err)
+        except Exception as e:  # a variant that cannot run this shape is a finding, not a crash
+            row.update(error=f"{type(e).__name__}: {str(e)[:200]}")
+            torch.cuda.empty_cache()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def forward_variants(m: int, n: int, dtype: torch.dtype):
     yield "auto", plan_softmax(m, n, dtype, "auto", True)
     yield "online", plan_softmax(m, n, dtype, "online")
@@ -122,18 +140,8 @@ def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
             candidates = [(f"lab:{name}", (lambda p=plan: softmax_fwd(x, p))) for name, plan in forward_variants(m, n, dtype)]
             if peers:
                 candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
-            for name, fn in candidates:
-                row = {"dtype": str(dtype)[6:], "M": m, "N": n, "variant": name}
-                try:
-                    err = check(fn()[:64], ref)
-                    ms = time_ms(fn)
-                    gbs = 2 * m * n * size / ms / 1e6
-                    row.update(ms=ms, gbs=gbs, pct=100 * gbs / ceiling, rel_err=err)
-                except Exception as e:  # a variant that cannot run this shape is a finding, not a crash
-                    row.update(error=f"{type(e).__name__}: {str(e)[:200]}")
-                    torch.cuda.empty_cache()
-                out["forward"].append(row)
-                print(json.dumps(row), flush=True)
+            key = {"dtype": str(dtype)[6:], "M": m, "N": n}
+            out["forward"] += measure(candidates, ref, 2 * m * n * size, ceiling, key)
             del x
             if dtype == torch.float16:
                 continue
@@ -144,18 +152,7 @@ def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
             if peers:
                 candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
                                ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
-            for name, fn in candidates:
-                row = {"dtype": str(dtype)[6:], "M": m, "N": n, "variant": name}
-                try:
-                    err = check(fn()[:64], ref)
-                    ms = time_ms(fn)
-                    gbs = 3 * m * n * size / ms / 1e6
-                    row.update(ms=ms, gbs=gbs, pct=100 * gbs / ceiling, rel_err=err)
-                except Exception as e:
-                    row.update(error=f"{type(e).__name__}: {str(e)[:200]}")
-                    torch.cuda.empty_cache()
-                out["backward"].append(row)
-                print(json.dumps(row), flush=True)
+            out["backward"] += measure(candidates, ref, 3 * m * n * size, ceiling, key)
             del y, dy
             torch.cuda.empty_cache()
     return out

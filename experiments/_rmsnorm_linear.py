@@ -127,8 +127,8 @@ TRITON_SEED_STYLE = Profile(
 )
 TRITON_FUSED = Profile(
     "triton-fused",
-    "the lab's kernel: gamma folded into the x tile, sum of squares beside tl.dot, r in the epilogue, "
-    "tiles autotuned per shape class",
+    "the lab's kernel: gamma folded into the x tile, sum of squares beside tl.dot, r in the epilogue; "
+    "one token runs a CUDA-core matrix-vector kernel; tiles, split-K and operand order autotuned per shape class",
     triton_fused, FUSED_SOURCES, plan=fused_plan,
 )
 

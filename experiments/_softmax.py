@@ -88,7 +88,7 @@ def _liger_backward(y, dy):
 # ---- forward profiles ------------------------------------------------------------------------------------
 
 TRITON_AUTO = Profile(
-    "triton-auto", "the lab's softmax, impl='auto' (single-block or online by row length)",
+    "triton-auto", "the lab's softmax, impl='auto' (single-block, split-row or online by row length)",
     lambda x: softmax(x, -1, impl="auto"), SOFTMAX_SOURCES, plan=_plan("auto"),
 )
 TRITON_SINGLE_BLOCK = Profile(

@@ -41,7 +41,8 @@ EXPERIMENT = Experiment(
         "Forward only, bfloat16, K = 4096, one GPU model; inputs and weights are fresh in DRAM for every call "
         "(L2 flushed), as for a layer whose weights were evicted by the layers before it. A decode step that "
         "keeps W resident in L2, a CUDA graph that hides launches, or another K, dtype or GPU is outside "
-        "it. M = 128 sits in the kernel's middle shape class. The backward (torch) is not timed."
+        "it. M = 1 runs the kernel's CUDA-core matrix-vector schedule, M = 16 its decode tiles and M = 128 its "
+        "middle shape class. The backward (torch) is not timed."
     ),
     tolerance=rl.TOLERANCE,
     decisions=rl.DECISIONS,

@@ -5,8 +5,9 @@
 
 Schedules, with the DRAM bytes each moves for an M x N input of `size`-byte elements:
 
-* single-block: a whole row (or several short rows) lives in registers. Forward reads x once and writes y
-  once: 2*M*N*size. Backward reads y and dy once and writes dx once: 3*M*N*size. Rows longer than
+* single-block: a whole row (or several short rows) lives in registers, as one power-of-two block of lanes
+  or, just past a power of two, as a head and a small tail (single_block_lanes). Forward reads x once and
+  writes y once: 2*M*N*size. Backward reads y and dy once and writes dx once: 3*M*N*size. Rows longer than
   MAX_SINGLE_BLOCK_N are refused: the registers spill long before that.
 * split-row: a long row is cut into slices held in the registers of cooperating programs, which merge
   their (m, d) pairs through global memory: 2*M*N*size forward, 3*M*N*size backward, like single-block, for
@@ -45,20 +46,35 @@ IMPLS = ("auto", "single_block", "online")
 @triton.jit
 def _softmax_fwd_single_block_kernel(
     x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
-    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
 ):
     # One program owns ROWS_PER_PROGRAM whole rows: x is read once, y written once (2*M*N*size bytes).
+    # A row is held as a head of BLOCK_N lanes and, when TAIL_N > 0, a tail of TAIL_N lanes after it (both
+    # powers of two), so a 4224-element row takes 4096 + 128 lanes rather than 8192.
     rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    row_in = rows < n_rows
     rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = row_in[:, None] & (cols[None, :] < n_cols)
     x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=-float("inf"))
     x = x.to(tl.float32)
     m = tl.max(x, axis=1)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        x_tail = tl.load(x_ptr + rows64[:, None] * x_row_stride + tail_cols[None, :], mask=tail_mask,
+                         other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_tail, axis=1))
     e = tl.exp(x - m[:, None])
     d = tl.sum(e, axis=1)
-    y = e * (1.0 / d)[:, None]
-    tl.store(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    if TAIL_N > 0:
+        e_tail = tl.exp(x_tail - m[:, None])
+        d += tl.sum(e_tail, axis=1)
+    inv_d = (1.0 / d)[:, None]
+    tl.store(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], (e * inv_d).to(y_ptr.dtype.element_ty), mask=mask)
+    if TAIL_N > 0:
+        tl.store(y_ptr + rows64[:, None] * y_row_stride + tail_cols[None, :],
+                 (e_tail * inv_d).to(y_ptr.dtype.element_ty), mask=tail_mask)
 
 
 @triton.jit
@@ -95,18 +111,31 @@ def _softmax_fwd_online_kernel(
 @triton.jit
 def _softmax_bwd_single_block_kernel(
     y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
-    BLOCK_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
 ):
-    # Reads y and dy once, writes dx once: 3*M*N*size bytes.
+    # Reads y and dy once, writes dx once: 3*M*N*size bytes. Head and tail lanes as in the forward kernel.
     rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
-    cols = tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    row_in = rows < n_rows
     rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = row_in[:, None] & (cols[None, :] < n_cols)
     y = tl.load(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     dot = tl.sum(y * dy, axis=1)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        y_tail = tl.load(y_ptr + rows64[:, None] * y_row_stride + tail_cols[None, :], mask=tail_mask,
+                         other=0.0).to(tl.float32)
+        dy_tail = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + tail_cols[None, :], mask=tail_mask,
+                          other=0.0).to(tl.float32)
+        dot += tl.sum(y_tail * dy_tail, axis=1)
     dx = y * (dy - dot[:, None])
     tl.store(dx_ptr + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    if TAIL_N > 0:
+        dx_tail = y_tail * (dy_tail - dot[:, None])
+        tl.store(dx_ptr + rows64[:, None] * dx_row_stride + tail_cols[None, :],
+                 dx_tail.to(dx_ptr.dtype.element_ty), mask=tail_mask)
 
 
 @triton.jit
@@ -136,6 +165,15 @@ def _softmax_bwd_online_kernel(
 
 
 @triton.jit
+def _wait_for_row(counter_ptr, arrived, n_splits):
+    # Spin (acquire) until all n_splits slices of the row have arrived. A nanosleep back-off between polls
+    # measured within noise of the plain spin (notes/softmax-speed.md, probe 5), so the spin stays plain.
+    while arrived < n_splits:
+        arrived = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    return arrived
+
+
+@triton.jit
 def _softmax_fwd_split_row_kernel(
     x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_cols, n_splits, x_row_stride, y_row_stride,
     BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
@@ -160,8 +198,7 @@ def _softmax_fwd_split_row_kernel(
     tl.store(part_d_ptr + ticket, tl.sum(e, axis=0))
     # Release our partials, then wait (acquire) until every slice of the row has released its own.
     arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
-    while arrived < n_splits:
-        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    arrived = _wait_for_row(sync_ptr + 1 + row, arrived, n_splits)
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
     in_row = tl.arange(0, SPLITS_POW2) < n_splits
     pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
@@ -192,8 +229,7 @@ def _softmax_bwd_split_row_kernel(
     dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(part_dot_ptr + ticket, tl.sum(y * dy, axis=0))
     arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
-    while arrived < n_splits:
-        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    arrived = _wait_for_row(sync_ptr + 1 + row, arrived, n_splits)
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
     in_row = tl.arange(0, SPLITS_POW2) < n_splits
     dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
@@ -217,16 +253,27 @@ MAX_SINGLE_BLOCK_N = 131072
 AUTO_SINGLE_BLOCK_MAX_N = {torch.float32: 32768, torch.float16: 32768, torch.bfloat16: 32768}
 
 # Single-block settings, by padded row length: (largest BLOCK_N, num_warps). Larger rows need more warps
-# to keep the per-thread register footprint near 32-64 elements. Measured on the H200 (notes/softmax-speed.md):
-# 2k-element rows run at 99% with 4 warps and 87% with 8 (bf16); the backward at 32k holds two tensors a
-# row and prefers 16 warps (99% against 75% with 32, fp32).
+# to keep the per-thread register footprint near 16-64 elements. Measured on the H200 (notes/softmax-speed.md):
+# 2k-element rows run at 99% with 4 warps and 87% with 8 (bf16); rows of up to 1024 lanes a program run
+# best on 2 warps (probe 5); the backward at 32k holds two tensors a row and prefers 16 warps (99% against
+# 75% with 32, fp32).
 _SINGLE_BLOCK_WARPS = {
-    "forward": ((2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32)),
-    "backward": ((2048, 4), (4096, 8), (32768, 16), (MAX_SINGLE_BLOCK_N, 32)),  # two tensors a row at 32k
+    "forward": ((1024, 2), (2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32)),
+    "backward": ((1024, 2), (2048, 4), (4096, 8), (32768, 16), (MAX_SINGLE_BLOCK_N, 32)),  # two tensors a row at 32k
 }
-# Short rows share a program until it reads this many bytes of x, by element size (bytes).
-_BYTES_PER_PROGRAM = {4: 2048, 2: 4096}
+# Rows held as head + tail lanes take their warps from the head, in both directions (probes 5 and 6, fp32
+# at M = 4096: 4 warps for a 4096 head, 8 for 8192; 16 warps on head + tail cost 10-30 points).
+_TAIL_WARPS = {4096: 4, 8192: 8, 16384: 16, 32768: 32, 65536: 32}
+# Short rows share a program up to this many lanes (probe 5, M = 32,768: 4 rows of 256, 2 of 512, 1 of
+# 1024, on 2 warps, are within a point or two of the best of 64 variants in both dtypes and directions).
+_LANES_PER_PROGRAM = 1024
 _MIN_BLOCK_N = 16
+# Rows at least this long are held as a power-of-two head plus a power-of-two tail when the tail is at most
+# 1/_TAIL_MAX_FRACTION of the head (single_block_lanes). Measured on the H200 (probes 5 and 6): a 128-lane
+# tail gains 3-5 points of the ceiling at N = 4224 and 8320; at 9216 (a tail of 1/8) and beyond, the one
+# power-of-two block on 16 warps measured level or ahead, and heads of 2048 gained nothing.
+_TAIL_MIN_N = 4096
+_TAIL_MAX_FRACTION = 16
 
 # Online settings: tile width by element size (bytes); one tile is 16 KiB of input per program.
 _ONLINE_BLOCK_N = {4: 4096, 2: 8192}
@@ -249,6 +296,7 @@ class SoftmaxPlan:
     num_warps: int
     grid: int  # programs launched
     splits: int = 1  # programs per row (split_row only)
+    tail_n: int = 0  # lanes of a row past the first block_n (single_block only; 0: none)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -278,6 +326,19 @@ def _split_row_count(n_cols: int, dtype: torch.dtype) -> int:
     return triton.cdiv(n_cols, _SPLIT_ROW_SETTINGS["forward"][_element_size(dtype)][0])
 
 
+def single_block_lanes(n_cols: int) -> tuple[int, int]:
+    """(head, tail) lanes of a single-block row: a row of N = 4224 takes 4096 + 128 lanes where one
+    power-of-two block would take 8192. The head is the largest power of two below N, the tail the smallest
+    power of two (at least _MIN_BLOCK_N) that covers the rest. Rows that are a power of two, shorter than
+    _TAIL_MIN_N, or whose tail would exceed head / _TAIL_MAX_FRACTION take one block: (next power of two, 0)."""
+    padded = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols))
+    head = padded // 2
+    tail = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols - head)) if n_cols > head else 0
+    if padded == n_cols or n_cols < _TAIL_MIN_N or tail * _TAIL_MAX_FRACTION > head:
+        return padded, 0
+    return head, tail
+
+
 def plan_softmax(
     n_rows: int,
     n_cols: int,
@@ -294,15 +355,19 @@ def plan_softmax(
     if impl == "auto":
         impl = choose_impl(n_cols, dtype, allow_split_row)
     if impl == "single_block":
-        block_n = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols))
-        if block_n > MAX_SINGLE_BLOCK_N:
+        padded = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols))
+        if padded > MAX_SINGLE_BLOCK_N:
             raise ValueError(
                 f"softmax: impl='single_block' holds a row in registers and accepts N <= {MAX_SINGLE_BLOCK_N}, "
                 f"got N = {n_cols}; use impl='online' or impl='auto'."
             )
-        num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
-        rows = max(1, _BYTES_PER_PROGRAM[_element_size(dtype)] // (block_n * _element_size(dtype)))
-        return SoftmaxPlan("single_block", block_n, rows, num_warps, triton.cdiv(n_rows, rows))
+        block_n, tail_n = single_block_lanes(n_cols)
+        if tail_n:
+            num_warps = _TAIL_WARPS[block_n]
+        else:
+            num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
+        rows = max(1, _LANES_PER_PROGRAM // (block_n + tail_n))  # block_n alone is a power of two here
+        return SoftmaxPlan("single_block", block_n, rows, num_warps, triton.cdiv(n_rows, rows), tail_n=tail_n)
     if impl == "split_row":
         block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
         splits = triton.cdiv(n_cols, block_n)
@@ -334,7 +399,8 @@ def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = N
     if plan.impl == "single_block":
         _softmax_fwd_single_block_kernel[(plan.grid,)](
             x, y, n_rows, n_cols, x.stride(0), y.stride(0),
-            BLOCK_N=plan.block_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=plan.num_warps,
+            BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program,
+            num_warps=plan.num_warps,
         )
     elif plan.impl == "split_row":
         part_m, part_d = torch.empty((2, n_rows * plan.splits), dtype=torch.float32, device=x.device)
@@ -356,7 +422,8 @@ def softmax_bwd(
     if plan.impl == "single_block":
         _softmax_bwd_single_block_kernel[(plan.grid,)](
             y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
-            BLOCK_N=plan.block_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=plan.num_warps,
+            BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program,
+            num_warps=plan.num_warps,
         )
     elif plan.impl == "split_row":
         part_dot = torch.empty(n_rows * plan.splits, dtype=torch.float32, device=y.device)

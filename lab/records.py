@@ -7,6 +7,11 @@ samples, the environment, the source hashes that tell whether the evidence is st
 Loading never trusts a file: a record that does not parse, misses a field, has a field of the wrong type
 or carries an unknown schema version becomes a RecordProblem (file + problem) and is skipped, so one bad
 file cannot hide the others.
+
+Profiler facts (lab.profiling) are optional in schema version 1: a run-level `profiling` block (absent or
+null when the run was not profiled; records written before it existed simply lack the key) and, per
+profile result, `profiling` (null where that point was not profiled). Both are checked as strictly as the
+rest when present.
 """
 
 from __future__ import annotations
@@ -95,6 +100,59 @@ def _list(data, key, where) -> list:
     return _checked(data, key, where, lambda v: isinstance(v, list), "a list")
 
 
+def _optional_number(value: Any, where: str) -> float | None:
+    return None if value is None else _number(value, where)
+
+
+def _point_profiling(value: Any, where: str) -> dict | None:
+    """A profile result's profiler facts: null, {"error": why}, or {"kernels": [...], "totals": {...}}.
+
+    Each kernel is {"id": ncu's launch id, "name": short name, "metrics": {metric: {"value": number,
+    "unit": text}}}; totals are numbers or null (null where a metric was not reported).
+    """
+    if value is None:
+        return None
+    _object(value, where)
+    if "error" in value:
+        _str(value, "error", where)
+        if "kernels" in value:
+            raise RecordError(f"{where}: holds both an error and kernels; expected one or the other")
+        return dict(value)
+    kernels = _list(value, "kernels", where)
+    for i, kernel in enumerate(kernels):
+        at = f"{where}.kernels[{i}]"
+        _object(kernel, at)
+        _int(kernel, "id", at)
+        _str(kernel, "name", at)
+        for metric, reading in _dict(kernel, "metrics", at).items():
+            _object(reading, f"{at}.metrics[{metric!r}]")
+            _number(_field(reading, "value", f"{at}.metrics[{metric!r}]"), f"{at}.metrics[{metric!r}].value")
+            _str(reading, "unit", f"{at}.metrics[{metric!r}]")
+    for key, total in _dict(value, "totals", where).items():
+        _optional_number(total, f"{where}.totals.{key}")
+    return dict(value)
+
+
+def _run_profiling(value: Any, where: str) -> dict | None:
+    """The run-level profiler block: null (not profiled) or an object whose `error` is null when the
+    profiler gave data, else the reason it gave none; `command` and `ncu_version` say what was run."""
+    if value is None:
+        return None
+    _object(value, where)
+    error = _str(value, "error", where, optional=True)
+    command = _list(value, "command", where)
+    if not all(isinstance(arg, str) for arg in command):
+        raise RecordError(f"{where}.command: expected a list of strings")
+    _str(value, "ncu_version", where, optional=True)
+    if error is None:
+        metrics = _list(value, "metrics", where)
+        if not all(isinstance(m, str) for m in metrics):
+            raise RecordError(f"{where}.metrics: expected a list of metric names")
+        _int(value, "calls", where)
+        _int(value, "kernels", where)
+    return dict(value)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Schema
 # --------------------------------------------------------------------------------------------------------
@@ -108,7 +166,8 @@ class ProfileResult:
     verdict), "error" (raised: `error` holds the exception), "unsupported" (the profile declines the
     case: `reason`), "unavailable" (an optional peer that does not import: `reason`).
     samples_ms are the raw per-call times; p20/p50/p80 and the throughput figures derive from them.
-    `profiling` is reserved for per-point profiler metrics (e.g. Nsight Compute) and is None without them.
+    `profiling` holds this point's profiler facts (lab.profiling: Nsight Compute's kernels and their
+    totals, or why there are none) and is None where the point was not profiled.
     """
 
     status: str
@@ -144,7 +203,7 @@ class ProfileResult:
             rel_error=_float(data, "rel_error", where, optional=True),
             error=_str(data, "error", where, optional=True),
             reason=_str(data, "reason", where, optional=True),
-            profiling=_dict(data, "profiling", where, optional=True) if "profiling" in data else None,
+            profiling=_point_profiling(data.get("profiling"), f"{where}.profiling"),
         )
         if status == "ok" and (not result.samples_ms or result.p50_ms is None):
             raise RecordError(f"{where}: status 'ok' needs samples_ms and p50_ms")
@@ -238,7 +297,10 @@ class TimingMethod:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One run of one experiment on one device (the whole file)."""
+    """One run of one experiment on one device (the whole file).
+
+    `profiling` is the run-level block of a run made with the profiler (lab.profiling), None otherwise.
+    """
 
     schema_version: int
     run_id: str
@@ -253,6 +315,7 @@ class RunRecord:
     copy_ceiling: CopyCeiling
     timing: TimingMethod
     points: tuple[Point, ...]
+    profiling: dict | None = None
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -312,6 +375,7 @@ class RunRecord:
             points=tuple(
                 Point.from_dict(p, f"{where}.points[{i}]") for i, p in enumerate(_list(data, "points", where))
             ),
+            profiling=_run_profiling(data.get("profiling"), f"{where}.profiling"),
             path=path,
         )
 

@@ -11,6 +11,10 @@ profile is then, in order:
 Any exception inside one profile (out of memory, Triton's OutOfResources, a bad launch) becomes that
 profile's status "error" with the exception's text, and the run goes on. The record is written only when
 the run completes: an interrupted run leaves no file behind.
+
+A run asked to profile (lab.profiling) does so after every point is timed, in a separate process under
+Nsight Compute, and only then writes the record, once, with the profiler's facts in it: the timings are
+never taken under the profiler, and a record is never rewritten to add them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -46,6 +50,9 @@ from lab.timing import (
     time_interleaved,
     timing_method,
 )
+
+if TYPE_CHECKING:
+    from lab.profiling import ProfilingRequest
 
 # Outputs with more elements than this are checked on their first and last rows only (when the
 # experiment names its row-wise inputs): 2^22 float64 elements are 32 MiB per tensor in the check.
@@ -72,6 +79,13 @@ def new_run_id(gpu_key: str, started: datetime) -> str:
 def input_seed(slug: str, case: Case, dtype: torch.dtype) -> int:
     """The seed of a point's inputs: fixed by experiment, case and dtype, so any run can redraw them."""
     return zlib.crc32(f"{slug}|{case.name}|{dtype_name(dtype)}".encode())
+
+
+def draw_inputs(experiment: Experiment, case: Case, dtype: torch.dtype, device: str, seed: int):
+    """A point's inputs, drawn from a CPU generator seeded with `seed`: the timed run and the profiler's
+    process both draw them here, so a profiled call sees the very inputs its timed calls saw."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return experiment.make_inputs(case, dtype, device, gen)
 
 
 def _json_ready(value: Any) -> Any:
@@ -201,8 +215,7 @@ def measure_point(
             bar.update(advance)
 
     try:
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        inputs = experiment.make_inputs(case, dtype, device, gen)
+        inputs = draw_inputs(experiment, case, dtype, device, seed)
         rows = select_rows(experiment, inputs, check_budget)
         reference_inputs = {
             name: (t.index_select(0, rows.index) if rows.index is not None and name in experiment.row_inputs else t)
@@ -328,8 +341,15 @@ def run_experiment(
     params: TimingParams | None = None,
     progress: bool = True,
     check_budget: int = CHECK_ELEMENT_BUDGET,
+    profiling: ProfilingRequest | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[RunRecord, Path]:
-    """Run every case, dtype and profile of `experiment` on `device`; write and return the record and its path."""
+    """Run every case, dtype and profile of `experiment` on `device`; write and return the record and its path.
+
+    With `profiling`, the finished timed run is profiled under Nsight Compute before the record is written
+    (lab.profiling.profile_record, which never raises: a profiler that is missing or fails leaves its
+    reason in the record instead of data). `say` receives the profiler's one-line progress reports.
+    """
     check_declaration(experiment)
     check_device(device)
     on_gpu = torch.device(device).type == "cuda"
@@ -367,4 +387,11 @@ def run_experiment(
         timing=timing_method(clock, params),
         points=tuple(points),
     )
+    if profiling is not None:
+        from lab.profiling import profile_record  # it imports this module: imported here, not at the top
+
+        if on_gpu:
+            torch.cuda.empty_cache()  # hand the timed run's cached blocks back: the profiler's process needs room
+
+        record = profile_record(experiment, record, profiling, device=device, root=root, say=say)
     return record, write_record(record, records_dir)

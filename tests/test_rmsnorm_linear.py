@@ -30,12 +30,14 @@ from kernels import reference
 from kernels.rmsnorm_linear import (
     DECODE_MAX_M,
     INTERPRETER_CONFIG,
+    INTERPRETER_VECTOR_CONFIG,
     MAX_M_BUCKET,
     MIN_M_BUCKET,
     PREFILL_MIN_M,
     RMS_MODE,
     SHAPE_CLASSES,
     SMEM_BYTES,
+    VECTOR_MAX_M,
     RmsNormLinearPlan,
     candidate_configs,
     class_configs,
@@ -133,17 +135,43 @@ def test_both_rms_modes_match_float64(dtype, rms, device, gen):
     assert ran.rms == rms
 
 
+_TILE = {"GROUP_M": 8, "SPLIT_K": 1, "SWAP_AB": False, "num_warps": 4, "num_stages": 1}
+
+
 @pytest.mark.parametrize("config", [
-    {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1, "num_warps": 4, "num_stages": 1},
-    {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 1},
-], ids=["wide-k", "group-8"])
+    {**_TILE, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "GROUP_M": 1},
+    {**_TILE, "BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16},
+    {**_TILE, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "SPLIT_K": 3},
+    {**_TILE, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 5, "SWAP_AB": True},
+    {**_TILE, "BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 64, "SWAP_AB": True},
+], ids=["wide-k", "group-8", "split-3", "split-5-swap", "swap"])
 def test_other_tile_configs(config, device, gen):
-    # Grouped tile order with several row-tiles, and a K-tile wider than K's 40 (every load masked).
+    # Grouped tile order with several row-tiles; a K-tile wider than K's 40 (every load masked); split-K
+    # with ragged K ranges (40 = 16 + 16 + 8) and with more splits than K-tiles (empty splits still count in);
+    # W as the first operand.
     x, weight, gamma = _operands(70, 40, 50, torch.float16, device, gen)
     plan = replace(plan_rmsnorm_linear(70, 50, 40, torch.float16), config=config, autotuned=False, candidates=1)
     y, _, ran = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
     _check_forward(y, x, weight, gamma)
     assert ran.config == config
+    if config["SPLIT_K"] > 1:  # the last program of every tile leaves its counter at zero for the next launch
+        counters = rl_module._tile_counters(1, x.device)
+        assert int(counters.abs().sum()) == 0
+        y2, _, _ = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
+        assert torch.equal(y, y2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_vector_kernel_for_one_row(dtype, device, gen):
+    # M = 1 runs the CUDA-core kernel (fp32 math, r in the loop for both dtypes); ragged N and K.
+    for k, n in ((32, 16), (200, 70), (1, 5)):
+        x, weight, gamma = _operands(1, k, n, dtype, device, gen)
+        plan = plan_rmsnorm_linear(1, n, k, dtype)
+        assert (plan.shape_class, plan.rms) == ("vector", "in-loop")
+        y, r, ran = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
+        _check_forward(y, x, weight, gamma)
+        assert _rel_err(r, torch.rsqrt(x.double().pow(2).mean(-1) + EPS)) < 1e-6
+        assert ran.config == plan.config and "BLOCK_M" not in ran.config
 
 
 def test_eps_is_honoured(device, gen):
@@ -385,7 +413,8 @@ def test_plan_refuses_unsupported_dtype():
 
 
 def test_shape_class_thresholds():
-    assert shape_class(1) == "decode"
+    assert shape_class(1) == shape_class(VECTOR_MAX_M) == "vector"
+    assert shape_class(VECTOR_MAX_M + 1) == "decode"
     assert shape_class(DECODE_MAX_M) == "decode"
     assert shape_class(DECODE_MAX_M + 1) == "middle"
     assert shape_class(PREFILL_MIN_M - 1) == "middle"
@@ -403,15 +432,19 @@ def test_m_bucket(m, bucket):
 def test_rms_mode_by_dtype():
     assert plan_rmsnorm_linear(4, 16, 32, torch.bfloat16).rms == RMS_MODE[torch.bfloat16] == "in-loop"
     assert plan_rmsnorm_linear(4, 16, 32, torch.float16).rms == RMS_MODE[torch.float16] == "pre-pass"
+    assert plan_rmsnorm_linear(1, 16, 32, torch.float16).rms == "in-loop"  # the vector kernel's math is fp32
 
 
 def test_interpreter_plan_is_one_fixed_config():
     plan = plan_rmsnorm_linear(17, 48, 96, torch.bfloat16, interpret=True)
     assert plan == RmsNormLinearPlan("decode", 32, "in-loop", False, 1, INTERPRETER_CONFIG)
     assert plan.as_dict()["config"] == INTERPRETER_CONFIG
+    assert INTERPRETER_CONFIG["SPLIT_K"] > 1  # CPU tests run the split-K fix-up by default
+    vector = plan_rmsnorm_linear(1, 48, 96, torch.float16, interpret=True)
+    assert vector == RmsNormLinearPlan("vector", 16, "in-loop", False, 1, INTERPRETER_VECTOR_CONFIG)
 
 
-@pytest.mark.parametrize("m,cls", [(1, "decode"), (DECODE_MAX_M, "decode"), (DECODE_MAX_M + 1, "middle"),
+@pytest.mark.parametrize("m,cls", [(1, "vector"), (2, "decode"), (DECODE_MAX_M, "decode"), (DECODE_MAX_M + 1, "middle"),
                                    (PREFILL_MIN_M - 1, "middle"), (PREFILL_MIN_M, "prefill"), (8192, "prefill")])
 def test_gpu_plan_autotunes_over_its_class_list(m, cls):
     plan = plan_rmsnorm_linear(m, 4096, 4096, torch.bfloat16, interpret=False)
@@ -419,7 +452,7 @@ def test_gpu_plan_autotunes_over_its_class_list(m, cls):
     assert plan.candidates == len(candidate_configs(m)) > 1
 
 
-@pytest.mark.parametrize("m", [1, 16, 17, 32, 33, 64])
+@pytest.mark.parametrize("m", [2, 16, 17, 32, 33, 64])
 def test_decode_tiles_cover_the_batch_in_one_row_tile(m):
     # W streams from DRAM once only if one row-tile holds every row.
     configs = candidate_configs(m)
@@ -440,23 +473,27 @@ def test_prefill_keeps_every_config_that_fits():
 def test_configs_fit_shared_memory_and_are_valid_tiles():
     for cls in SHAPE_CLASSES:
         for c in class_configs(cls):
-            for dim in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
-                assert c[dim] >= 16 and c[dim] == triton.next_power_of_2(c[dim]), (cls, c)
+            dims = ("BLOCK_N", "BLOCK_K") if cls == "vector" else ("BLOCK_M", "BLOCK_N", "BLOCK_K")
+            for dim in dims:
+                assert c[dim] >= (4 if cls == "vector" else 16) and c[dim] == triton.next_power_of_2(c[dim]), (cls, c)
             assert c["num_warps"] in (4, 8)
+            if cls != "vector":
+                assert c["SPLIT_K"] >= 1 and isinstance(c["SWAP_AB"], bool)
+                assert not c["SWAP_AB"] or c["BLOCK_N"] >= 64  # W as the first operand fills a warpgroup MMA
     oversized = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 512, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
     assert smem_bytes(oversized) == 3 * (64 + 32) * 512 * 2 > SMEM_BYTES
     assert not config_fits(oversized, "decode", 64)
     assert all(smem_bytes(c) <= SMEM_BYTES for m in (1, 16, 64, 128, 1000, 4096) for c in candidate_configs(m))
-    with pytest.raises(ValueError, match="shape class must be one of decode, middle, prefill"):
+    with pytest.raises(ValueError, match="shape class must be one of vector, decode, middle, prefill"):
         class_configs("huge")
 
 
 def test_autotuners_hold_the_tabulated_configs_and_prune_like_the_plan():
     for cls in SHAPE_CLASSES:
         tuner = rl_module._AUTOTUNERS[cls]
-        assert tuner.keys == ["M_BUCKET", "N", "K"]
+        assert tuner.keys == (["N", "K"] if cls == "vector" else ["M_BUCKET", "N", "K"])
         assert [config_dict(c) for c in tuner.configs] == class_configs(cls)
-    for m in (1, 16, 64, 65, 128, 1000, 1024, 8192):
+    for m in (2, 16, 64, 65, 128, 1000, 1024, 8192):
         tuner = rl_module._AUTOTUNERS[shape_class(m)]
         pruned = tuner.early_config_prune(tuner.configs, {"M_BUCKET": m_bucket(m)})
         assert [config_dict(c) for c in pruned] == candidate_configs(m)

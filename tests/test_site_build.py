@@ -399,13 +399,15 @@ def test_tuning_post_settings_tables_match_the_code():
     text = (DOCS / "posts" / "tuning-softmax.md").read_text(encoding="utf-8")
     rows = _table_rows(text, "| row length $N$")
     assert len(rows) >= 5
-    for n, block_n, warps, per_program, per_thread in rows:
+    for n, block_n, tail, warps, per_program, per_thread in rows:
         plan = plan_softmax(4096, int(n), torch.float32, "single_block")
-        assert (plan.block_n, plan.num_warps, plan.rows_per_program) == (int(block_n.strip("`")), int(warps), int(per_program)), (
-            f"docs/posts/tuning-softmax.md says N = {n} runs with BLOCK_N {block_n}, {warps} warps, {per_program} "
-            f"rows per program, but kernels/softmax.py plans {plan}: update the post's table"
+        assert (plan.block_n, plan.tail_n, plan.num_warps, plan.rows_per_program) == (
+            int(block_n.strip("`")), int(tail), int(warps), int(per_program)
+        ), (
+            f"docs/posts/tuning-softmax.md says N = {n} runs with BLOCK_N {block_n}, a {tail}-lane tail, {warps} "
+            f"warps, {per_program} rows per program, but kernels/softmax.py plans {plan}: update the post's table"
         )
-        assert int(per_thread) == plan.rows_per_program * plan.block_n // (32 * plan.num_warps)
+        assert int(per_thread) == plan.rows_per_program * (plan.block_n + plan.tail_n) // (32 * plan.num_warps)
     for dtype_cell, block_n, warps in _table_rows(text, "| element type"):
         for name in re.findall(r"float16|bfloat16|float32", dtype_cell):
             plan = plan_softmax(4096, 1 << 18, getattr(torch, name), "online")

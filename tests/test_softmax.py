@@ -19,6 +19,7 @@ import math
 
 import pytest
 import torch
+import triton
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ from kernels.softmax import (
     SoftmaxPlan,
     choose_impl,
     plan_softmax,
+    single_block_lanes,
     softmax,
     softmax_bwd,
     softmax_fwd,
@@ -179,7 +181,7 @@ def test_non_contiguous_upstream_gradient(device, gen):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [3, 100, 129, 5000])
+@pytest.mark.parametrize("n", [3, 100, 129, 4224, 5000])
 @pytest.mark.parametrize("impl", ["single_block", "online"])
 def test_every_output_element_written(impl, n, device, gen):
     m = 13  # not a multiple of any rows-per-program
@@ -281,7 +283,7 @@ SPECIAL_ROWS = [
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("width", [4, 5000])
+@pytest.mark.parametrize("width", [4, 4200, 5000])
 def test_special_values_match_torch(impl, dtype, width, device):
     rows = torch.tensor(SPECIAL_ROWS)
     x = torch.full((len(SPECIAL_ROWS), width), -INF)
@@ -418,18 +420,34 @@ def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, 
 
 
 @pytest.mark.parametrize(
-    "n,block_n,warps,rows",
-    [(1, 16, 4, 32), (16, 16, 4, 32), (17, 32, 4, 16), (512, 512, 4, 1), (1024, 1024, 4, 1), (2048, 2048, 4, 1),
-     (2049, 4096, 8, 1), (4096, 4096, 8, 1), (4097, 8192, 16, 1), (16384, 16384, 16, 1), (16385, 32768, 32, 1)],
+    "n,block_n,tail_n,warps,rows",
+    [(1, 16, 0, 2, 64), (16, 16, 0, 2, 64), (17, 32, 0, 2, 32), (512, 512, 0, 2, 2), (1024, 1024, 0, 2, 1),
+     (2048, 2048, 0, 4, 1), (2049, 4096, 0, 8, 1), (4096, 4096, 0, 8, 1), (4097, 4096, 16, 4, 1),
+     (4224, 4096, 128, 4, 1), (4352, 4096, 256, 4, 1), (4353, 8192, 0, 16, 1), (8320, 8192, 128, 8, 1),
+     (9216, 16384, 0, 16, 1),
+     (16384, 16384, 0, 16, 1), (16385, 16384, 16, 16, 1), (20000, 32768, 0, 32, 1)],
 )
-def test_single_block_settings_table(n, block_n, warps, rows):
-    plan = plan_softmax(1000, n, torch.float32, "single_block")
-    assert (plan.block_n, plan.num_warps, plan.rows_per_program) == (block_n, warps, rows)
-    assert plan.grid == -(-1000 // rows)
+def test_single_block_settings_table(n, block_n, tail_n, warps, rows):
+    for dtype in DTYPES:
+        plan = plan_softmax(1000, n, dtype, "single_block")
+        assert (plan.block_n, plan.tail_n, plan.num_warps, plan.rows_per_program) == (block_n, tail_n, warps, rows)
+        assert plan.grid == -(-1000 // rows)
 
 
-@pytest.mark.parametrize("n,forward_warps,backward_warps", [(16384, 16, 16), (16385, 32, 16), (32768, 32, 16),
-                                                            (32769, 32, 32)])
+@pytest.mark.parametrize("n", list(range(1, 70000, 997)) + [2**k + d for k in range(4, 17) for d in (-1, 0, 1)])
+def test_single_block_lanes_cover_the_row(n):
+    head, tail = single_block_lanes(n)
+    padded = max(16, triton.next_power_of_2(n))
+    assert head & (head - 1) == 0 and head + tail >= n  # a power-of-two head; the lanes hold the row
+    if tail:
+        assert tail & (tail - 1) == 0 and 16 <= tail <= head // 16 and head < n and n >= 4096
+        assert head + tail < padded  # a tail is only taken when it saves lanes
+    else:
+        assert head == padded
+
+
+@pytest.mark.parametrize("n,forward_warps,backward_warps", [(16384, 16, 16), (20000, 32, 16), (32768, 32, 16),
+                                                            (40000, 32, 32)])
 def test_backward_settings_differ_where_measured(n, forward_warps, backward_warps):
     assert plan_softmax(64, n, torch.float32, "single_block").num_warps == forward_warps
     assert plan_softmax(64, n, torch.float32, "single_block", direction="backward").num_warps == backward_warps
@@ -441,11 +459,12 @@ def test_backward_settings_differ_where_measured(n, forward_warps, backward_warp
         plan_softmax(64, n, torch.float32, direction="sideways")
 
 
-@pytest.mark.parametrize("n,rows", [(256, 8), (512, 4), (1024, 2), (2048, 1)])
-def test_short_rows_share_a_program_by_bytes(n, rows):
-    # 16-bit rows pack twice as many per program as fp32 rows of the same length (4 KiB against 2 KiB).
-    assert plan_softmax(100, n, torch.bfloat16, "single_block").rows_per_program == rows
-    assert plan_softmax(100, n, torch.float32, "single_block").rows_per_program == max(1, rows // 4)
+@pytest.mark.parametrize("n,rows", [(100, 8), (256, 4), (512, 2), (1024, 1), (2048, 1)])
+def test_short_rows_share_a_program_up_to_1024_lanes(n, rows):
+    for dtype in DTYPES:
+        for direction in ("forward", "backward"):
+            plan = plan_softmax(100, n, dtype, "single_block", direction=direction)
+            assert plan.rows_per_program == rows and plan.grid == -(-100 // rows)
 
 
 @pytest.mark.parametrize("dtype,n,block_n", [(torch.float32, 100, 128), (torch.float32, 10**6, 4096),

@@ -9,7 +9,14 @@ the evidence pages under docs/ from every recorded run.
     python tools/build_results.py --render-only    render from the recorded runs; never run anything
     python tools/build_results.py --list           slugs, titles and verdicts per GPU
 
+    python tools/build_results.py --run SLUG --with-profiling [--profile-points N] [--profile-profiles a,b]
+                                                   after the timed run, profile some points under Nsight
+                                                   Compute (ncu) and keep its facts in the same record
+
 Without CUDA nothing is run: the pages are rendered from the recorded runs (one line says so).
+
+Profiling never fails a run: without ncu, or when ncu cannot read the GPU's counters, the timed record is
+written with the reason in its profiling block (lab.profiling).
 
 Exit codes: 0 done; 1 a run failed outside the per-profile isolation (the records of completed runs are
 kept); 2 bad arguments, an unknown slug, or --run/--all without CUDA; 3 with --strict, some record files
@@ -31,6 +38,7 @@ import torch  # noqa: E402
 from experiments import all_experiments  # noqa: E402
 from experiments.decisions import DECISIONS  # noqa: E402
 from lab.hashing import source_hashes  # noqa: E402
+from lab.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.render import collect_evidence, render_outputs, write_outputs  # noqa: E402
 from lab.verdict import STALE  # noqa: E402
 
@@ -55,7 +63,42 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="CUDA device to run on (default: cuda)")
     parser.add_argument("--strict", action="store_true", help="exit 3 when any record file is invalid")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    profiling = parser.add_argument_group(
+        "profiling", "Nsight Compute facts per point, taken after the timed run in a separate process")
+    profiling.add_argument("--with-profiling", action="store_true",
+                           help="profile each run's claim subject and baselines under ncu before its record is written")
+    profiling.add_argument("--profile-points", type=int, metavar="N",
+                           help=f"points (case × dtype) profiled per experiment, spread evenly, first and last "
+                                f"included; 0 = all (default {DEFAULT_MAX_POINTS})")
+    profiling.add_argument("--profile-profiles", metavar="A,B,...",
+                           help="profile these profiles instead of the claim's subject and baselines")
+    profiling.add_argument("--ncu", default="ncu", help="the ncu executable (default: ncu on PATH)")
     return parser.parse_args(argv)
+
+
+def profiling_request(args: argparse.Namespace, experiments, selected) -> ProfilingRequest | None:
+    """The profiling the arguments ask for (None without --with-profiling); ValueError naming what is wrong."""
+    asked = [flag for flag, given in (("--profile-points", args.profile_points is not None),
+                                      ("--profile-profiles", args.profile_profiles is not None),
+                                      ("--ncu", args.ncu != "ncu")) if given]
+    if not args.with_profiling:
+        if asked:
+            raise ValueError(f"{', '.join(asked)} only apply with --with-profiling")
+        return None
+    if args.render_only or args.list:
+        raise ValueError("--with-profiling profiles new runs; --render-only and --list run nothing")
+    points = DEFAULT_MAX_POINTS if args.profile_points is None else args.profile_points
+    if points < 0:
+        raise ValueError(f"--profile-points {points}: expected 0 (every point) or a positive count")
+    names = None
+    if args.profile_profiles is not None:
+        names = tuple(n.strip() for n in args.profile_profiles.split(",") if n.strip())
+        declared = {p.name for slug in selected for p in experiments[slug].profiles}
+        unknown = [n for n in names if n not in declared]
+        if not names or unknown:
+            raise ValueError(f"--profile-profiles: {', '.join(unknown) or 'no name given'} is not a profile of "
+                             f"the selected experiments (profiles: {', '.join(sorted(declared))})")
+    return ProfilingRequest(max_points=points, profiles=names, ncu=args.ncu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     selected = args.slugs or list(experiments)
+    try:
+        profiling = profiling_request(args, experiments, selected)
+    except ValueError as exc:
+        print(f"build_results: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     hashes = {slug: source_hashes(e, ROOT) for slug, e in experiments.items()}
 
     def evidence(report: bool = True):
@@ -90,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     elif not has_cuda:
         print("build_results: no CUDA GPU here: rendering from the recorded runs only")
     else:
-        status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all, args=args)
+        status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all, args=args,
+                            profiling=profiling)
 
     found = evidence()
     report = write_outputs(render_outputs(found), args.docs_dir)
@@ -101,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def run_needed(experiments, selected, found, *, force: bool, args) -> int:
+def run_needed(experiments, selected, found, *, force: bool, args, profiling: ProfilingRequest | None = None) -> int:
     """Run each selected experiment whose evidence on this GPU is missing or stale (all of them if forced)."""
     from lab.environment import gpu_key
     from lab.runner import run_experiment
@@ -117,7 +166,8 @@ def run_needed(experiments, selected, found, *, force: bool, args) -> int:
         print(f"build_results: {slug}: running on {key} ({why})")
         try:
             _, path = run_experiment(experiments[slug], device=args.device, records_dir=args.records_dir,
-                                     root=ROOT, progress=not args.no_progress)
+                                     root=ROOT, progress=not args.no_progress, profiling=profiling,
+                                     say=lambda message, slug=slug: print(f"build_results: {slug}: {message}"))
         except Exception as exc:  # noqa: BLE001 - report, keep the other experiments' runs going
             print(f"build_results: {slug}: the run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             status = EXIT_RUN_FAILED

@@ -12,6 +12,7 @@ Timing: triton.testing.do_bench (CUDA events, L2 cleared before every call, medi
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
 import sys
@@ -25,6 +26,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
+softmax_module = importlib.import_module("kernels.softmax")
 from kernels.softmax import SoftmaxPlan, plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
 
 TOTAL = 2**28  # elements per case: 1 GiB of fp32, far past the 50 MB L2
@@ -110,8 +112,80 @@ def backward_variants(m: int, n: int, dtype: torch.dtype):
                 yield f"split_row/b{block_n}w{warps}", SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
 
 
-def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
+_OLD_WARPS = {"forward": ((2048, 4), (4096, 8), (16384, 16), (131072, 32)),
+              "backward": ((2048, 4), (4096, 8), (32768, 16), (131072, 32))}
+_OLD_BYTES_PER_PROGRAM = {4: 2048, 2: 4096}
+
+
+def round3_variants(m: int, n: int, dtype: torch.dtype, direction: str):
+    """The settings in kernels/softmax.py now (auto), the same without the evict-first store hint, and the
+    settings before head + tail lanes and the 1024-lane short-row rule (name, plan, store hint)."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    yield "auto", auto, ".cs"
+    yield "auto-nohint", auto, ""
+    if auto.impl == "single_block":
+        padded = triton.next_power_of_2(n)
+        size = torch.empty((), dtype=dtype).element_size()
+        rows = max(1, _OLD_BYTES_PER_PROGRAM[size] // (padded * size))
+        warps = next(w for limit, w in _OLD_WARPS[direction] if padded <= limit)
+        old = SoftmaxPlan("single_block", padded, rows, warps, triton.cdiv(m, rows))
+        if old != auto:
+            yield "before", old, ""
+            yield "before-hint", old, ".cs"
+
+
+def _with_store_hint(fn, hint: str):
+    def call():
+        softmax_module._STORE_HINT = hint
+        try:
+            return fn()
+        finally:
+            softmax_module._STORE_HINT = ".cs"
+
+    return call
+
+
+ROUND3_SHAPES = {
+    torch.float32: [(4096, n) for n in (384, 640, 1024, 2176, 3072, 4224, 4736, 5376, 8320, 9216, 10240, 12672)]
+    + [(32768, n) for n in (256, 512, 1024)],
+    torch.bfloat16: [(4096, 1024), (32768, 256), (32768, 512), (32768, 1024), (16384, 16384), (8192, 32768)],
+    torch.float16: [(4096, 1024)],
+}
+
+
+def run_round3(peers: bool = True) -> dict:
     torch.manual_seed(0)
+    out = _header()
+    ceiling = out["copy_ceiling_gbs"]
+    for dtype, shapes in ROUND3_SHAPES.items():
+        for m, n in shapes:
+            size = torch.empty((), dtype=dtype).element_size()
+            key = {"dtype": str(dtype)[6:], "M": m, "N": n}
+            x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
+            ref = torch.softmax(x[:64].double(), -1)
+            candidates = [(f"lab:{name}", _with_store_hint(lambda p=plan: softmax_fwd(x, p), hint))
+                          for name, plan, hint in round3_variants(m, n, dtype, "forward")]
+            if peers:
+                candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
+            out["forward"] += measure(candidates, ref, 2 * m * n * size, ceiling, key)
+            del x
+            if dtype == torch.float16:
+                continue
+            y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
+            dy = torch.randn(m, n, device="cuda", dtype=dtype)
+            ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
+            candidates = [(f"lab:{name}", _with_store_hint(lambda p=plan: softmax_bwd(y, dy, p), hint))
+                          for name, plan, hint in round3_variants(m, n, dtype, "backward")]
+            if peers:
+                candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
+                               ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
+            out["backward"] += measure(candidates, ref, 3 * m * n * size, ceiling, key)
+            del y, dy
+            torch.cuda.empty_cache()
+    return out
+
+
+def _header() -> dict:
     out: dict = {
         "gpu": torch.cuda.get_device_name(),
         "sms": torch.cuda.get_device_properties(0).multi_processor_count,
@@ -123,8 +197,14 @@ def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
         "forward": [],
         "backward": [],
     }
+    print(f"{out['gpu']}: copy ceiling {out['copy_ceiling_gbs']:.0f} GB/s", flush=True)
+    return out
+
+
+def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
+    torch.manual_seed(0)
+    out = _header()
     ceiling = out["copy_ceiling_gbs"]
-    print(f"{out['gpu']}: copy ceiling {ceiling:.0f} GB/s", flush=True)
     shapes = [(TOTAL // n, n) for n in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)]
     shapes += [(32768, 256), (32768, 512), (4096, 1024)]
     if quick:
@@ -180,12 +260,18 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="every third shape only")
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
+    parser.add_argument("--round", type=int, choices=(1, 3), default=1,
+                        help="1: schedules and settings; 3: the chosen settings against the previous ones and "
+                             "the store hint (round 2 timed a split-row back-off that was dropped with its code)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
-    result = run(args.quick, args.min_n, not args.no_peers)
+    if args.round == 3:
+        result = run_round3(not args.no_peers)
+    else:
+        result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
     summarize(result)

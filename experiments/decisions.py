@@ -16,7 +16,7 @@ DECISIONS = (
         slug="softmax-dispatch",
         title="Softmax dispatch (impl='auto')",
         question="Does impl='auto' pick a schedule that keeps the lab's softmax level with the best peer at every row length?",
-        experiments=("softmax-fwd-sweep", "softmax-long-rows", "softmax-bwd-sweep"),
+        experiments=("softmax-fwd-sweep", "softmax-short-rows", "softmax-long-rows", "softmax-bwd-sweep"),
         if_supported="Keep the current dispatch threshold and settings tables: they hold parity with the best peer at every measured point.",
         if_rejected="Treat the dispatch as unfinished: at some row lengths a peer is faster; the sweep pages show where.",
         otherwise="Keep the dispatch, but claim no parity until every sweep is fresh and decisive.",

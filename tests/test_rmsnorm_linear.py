@@ -171,7 +171,9 @@ def test_vector_kernel_for_one_row(dtype, device, gen):
         y, r, ran = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
         _check_forward(y, x, weight, gamma)
         assert _rel_err(r, torch.rsqrt(x.double().pow(2).mean(-1) + EPS)) < 1e-6
-        assert ran.config == plan.config and "BLOCK_M" not in ran.config
+        # The fixed config under the interpreter; on a GPU, the one autotuning chose from the vector list.
+        assert ran.config == plan.config if plan.config else ran.config in candidate_configs(1)
+        assert "BLOCK_M" not in ran.config
 
 
 def test_eps_is_honoured(device, gen):

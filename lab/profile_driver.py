@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import torch
 
 from experiments.spec import Experiment
+from lab.records import replace_text
 
 
 class ProfilerHooks(Protocol):
@@ -114,9 +115,7 @@ def _profile_one(experiment: Experiment, call: Mapping[str, Any], inputs, warmup
 
 
 def _write_json(path: Path, data: Mapping) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
+    replace_text(path, json.dumps(data, sort_keys=True))
 
 
 def main(argv: list[str] | None = None) -> int:

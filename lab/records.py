@@ -389,6 +389,15 @@ def record_path(records_dir: Path, slug: str, run_id: str) -> Path:
     return Path(records_dir) / slug / f"{run_id}.json"
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Write `text` to `path` through a hidden sibling file renamed into place: a reader sees the old
+    content or the new, never a partial file. (Run records go through write_record, which also refuses to
+    replace and fsyncs.)"""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
 def write_record(record: RunRecord, records_dir: Path) -> Path:
     """Write `record` to records_dir/<slug>/<run-id>.json atomically and return the path.
 

@@ -25,7 +25,7 @@ from lab import formatting as fmt
 from lab.environment import CPU_GPU_KEY, describe_command
 from lab.hashing import changed_sources
 from lab.plots import plot_filename, render_plot
-from lab.records import CPU_EVIDENCE, Point, RecordProblem, RunRecord, load_records
+from lab.records import CPU_EVIDENCE, Point, RecordProblem, RunRecord, load_records, replace_text
 from lab.verdict import (
     AGAINST,
     DECISION_RULE,
@@ -704,9 +704,7 @@ def write_outputs(outputs: Mapping[str, str], docs_dir: Path) -> WriteReport:
             report.unchanged.append(rel)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(content, encoding="utf-8")
-        tmp.replace(path)
+        replace_text(path, content)
         report.written.append(rel)
     for folder in (*GENERATED_DIRS, PLOTS_DIR):
         directory = docs_dir / folder

@@ -26,6 +26,7 @@ import torch
 import triton
 
 import kernels
+from accuracy import reference_error, rel_err
 from kernels import reference
 from kernels.rmsnorm_linear import (
     DECODE_MAX_M,
@@ -85,30 +86,18 @@ def _operands(m, k, n, dtype, device, gen):
     return x, weight, gamma
 
 
-def _rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((a.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
-
-
-def _stored(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`ref` stored in `dtype` the way the kernels' final cast does it on this device."""
-    if dtype == torch.bfloat16 and ref.device.type == "cpu":  # the interpreter's cast truncates
-        bits = ref.float().view(torch.int32) & ~0xFFFF
-        return bits.view(torch.float32).double()
-    return ref.to(dtype).double()
-
-
 def _allowed(torch_result: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> float:
-    return TORCH_FACTOR * max(_rel_err(torch_result, ref), _rel_err(_stored(ref, dtype), ref)) + 1e-7
+    return TORCH_FACTOR * reference_error(torch_result, ref, dtype) + 1e-7
 
 
 def _check_forward(y, x, weight, gamma, bound_index=0):
     ref = reference.rmsnorm_linear_float64(x, weight, gamma, EPS)
     assert y.shape == ref.shape and y.dtype == x.dtype
     assert not torch.isnan(y).any(), "an output element is NaN (unwritten, or a wrong reduction)"
-    err = _rel_err(y, ref)
+    err = rel_err(y, ref)
     assert err <= BOUNDS[x.dtype][bound_index], f"relative error {err:.3e}"
     torch_y = reference.rmsnorm_linear_reference(x, weight, gamma, EPS)
-    assert err <= _allowed(torch_y, ref, x.dtype), f"relative error {err:.3e} against torch's {_rel_err(torch_y, ref):.3e}"
+    assert err <= _allowed(torch_y, ref, x.dtype), f"relative error {err:.3e} against torch's {rel_err(torch_y, ref):.3e}"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -131,7 +120,7 @@ def test_both_rms_modes_match_float64(dtype, rms, device, gen):
     y, r, ran = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
     _check_forward(y, x, weight, gamma)
     r_ref = torch.rsqrt(x.double().pow(2).mean(-1) + EPS)
-    assert r.dtype == torch.float32 and _rel_err(r, r_ref) < 1e-6
+    assert r.dtype == torch.float32 and rel_err(r, r_ref) < 1e-6
     assert ran.rms == rms
 
 
@@ -170,7 +159,7 @@ def test_vector_kernel_for_one_row(dtype, device, gen):
         assert (plan.shape_class, plan.rms) == ("vector", "in-loop")
         y, r, ran = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
         _check_forward(y, x, weight, gamma)
-        assert _rel_err(r, torch.rsqrt(x.double().pow(2).mean(-1) + EPS)) < 1e-6
+        assert rel_err(r, torch.rsqrt(x.double().pow(2).mean(-1) + EPS)) < 1e-6
         # The fixed config under the interpreter; on a GPU, the one autotuning chose from the vector list.
         assert ran.config == plan.config if plan.config else ran.config in candidate_configs(1)
         assert "BLOCK_M" not in ran.config
@@ -183,7 +172,7 @@ def test_eps_is_honoured(device, gen):
     for eps in (1e-6, 1e-2):
         y = rmsnorm_linear(x, weight, gamma, eps)
         ref = reference.rmsnorm_linear_float64(x, weight, gamma, eps)
-        assert _rel_err(y, ref) <= BOUNDS[torch.float16][0]
+        assert rel_err(y, ref) <= BOUNDS[torch.float16][0]
 
 
 def test_float16_large_activations_do_not_overflow(device, gen):
@@ -229,7 +218,7 @@ def test_backward_matches_float64(dtype, m, k, n, device, gen):
     for i, (name, t) in enumerate((("dx", x), ("dweight", weight), ("dgamma", gamma))):
         assert t.grad.shape == t.shape and t.grad.dtype == dtype, name
         assert not torch.isnan(t.grad).any(), name
-        err = _rel_err(t.grad, refs[i])
+        err = rel_err(t.grad, refs[i])
         assert err <= BOUNDS[dtype][i + 1], f"{name}: relative error {err:.3e}"
         assert err <= _allowed(theirs[i], refs[i], dtype), f"{name}: {err:.3e} against torch's"
 
@@ -243,7 +232,7 @@ def test_backward_computes_only_what_is_needed(wanted, device, gen):
     refs = dict(zip(("x", "weight", "gamma"), _grads_float64(tensors["x"], tensors["weight"], tensors["gamma"], dy)))
     for name, t in tensors.items():
         if name == wanted:
-            assert _rel_err(t.grad, refs[name]) <= BOUNDS[torch.float16][1]
+            assert rel_err(t.grad, refs[name]) <= BOUNDS[torch.float16][1]
         else:
             assert t.grad is None
 
@@ -303,7 +292,7 @@ def test_leading_batch_dims(lead, device, gen):
     y.backward(dy)
     ref = _grads_float64(x_rows, weight, gamma, dy.reshape(-1, n))[0]
     assert x.grad.shape == x.shape
-    assert _rel_err(x.grad.reshape(-1, k), ref) <= BOUNDS[torch.bfloat16][1]
+    assert rel_err(x.grad.reshape(-1, k), ref) <= BOUNDS[torch.bfloat16][1]
 
 
 def _non_contiguous_cases(device, gen):
@@ -336,7 +325,7 @@ def test_non_contiguous_upstream_gradient(device, gen):
     rmsnorm_linear(x, weight, gamma, EPS).backward(dy)
     refs = _grads_float64(x, weight, gamma, dy)
     for t, ref in zip((x, weight, gamma), refs):
-        assert _rel_err(t.grad, ref) <= BOUNDS[torch.float16][1]
+        assert rel_err(t.grad, ref) <= BOUNDS[torch.float16][1]
 
 
 @pytest.mark.parametrize("x_shape,n", [((0, 32), 16), ((2, 0, 32), 16), ((3, 32), 0)])
@@ -539,7 +528,7 @@ def test_resolve_plan_without_cuda_launches_nothing(monkeypatch):
 def test_rms_prepass_matches_float64(device, gen):
     x = _draw((5, 1500), torch.float16, device, gen, scale=7.0)  # two 1024-wide steps, the second partial
     r = rms_inv(x, EPS, out=torch.full((5,), float("nan"), device=device))
-    assert _rel_err(r, torch.rsqrt(x.double().pow(2).mean(-1) + EPS)) < 1e-6
+    assert rel_err(r, torch.rsqrt(x.double().pow(2).mean(-1) + EPS)) < 1e-6
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -630,7 +619,7 @@ def test_experiment_profiles_pass_their_accuracy_check(profile, device):
     inputs = decode.make_inputs(case, torch.bfloat16, device, torch.Generator().manual_seed(7))
     out = decode.profile(profile).run(**inputs)
     ref = decode.reference(**inputs)
-    assert _rel_err(out, ref) <= decode.tolerance[torch.bfloat16]
+    assert rel_err(out, ref) <= decode.tolerance[torch.bfloat16]
     plan = decode.profile(profile).plan
     if plan is not None:
         assert isinstance(plan(case, torch.bfloat16), dict)

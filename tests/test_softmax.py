@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernels
+from accuracy import reference_error, rel_err
 from kernels import reference
 from kernels.softmax import (
     AUTO_SINGLE_BLOCK_MAX_N,
@@ -72,23 +73,6 @@ def _assert_close_to_float64(y: torch.Tensor, x: torch.Tensor, dim: int = -1):
     assert (err <= bound).all(), f"max excess at flat index {worst.item()}: err {err.flatten()[worst].item():.3e}"
 
 
-def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.double() - b).norm() / b.norm().clamp_min(1e-300)).item()
-
-
-def _stored(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """`ref` stored in `dtype` the way the kernels' final cast does it on this device."""
-    if dtype == torch.bfloat16 and ref.device.type == "cpu":  # the interpreter's cast truncates
-        bits = ref.float().view(torch.int32) & ~0xFFFF
-        return bits.view(torch.float32).double()
-    return ref.to(dtype).double()
-
-
-def _reference_error(candidate: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> float:
-    """The error an accurate kernel is allowed: torch's in the same dtype, or the storage rounding alone."""
-    return max(_rel_err(candidate, ref), _rel_err(_stored(ref, dtype), ref))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Forward and backward against float64, every impl, dtype and row length
 # ---------------------------------------------------------------------------------------------------------
@@ -103,7 +87,7 @@ def test_forward_matches_float64(impl, dtype, n, device, gen):
     _assert_close_to_float64(y, x)
     # No worse than torch's own kernel in the same dtype.
     ref = reference.softmax_float64(x)
-    ours, theirs = _rel_err(y, ref), _reference_error(torch.softmax(x, -1), ref, dtype)
+    ours, theirs = rel_err(y, ref), reference_error(torch.softmax(x, -1), ref, dtype)
     assert ours <= GRAD_TORCH_FACTOR * theirs + 1e-7
 
 
@@ -118,12 +102,12 @@ def test_backward_matches_float64(impl, dtype, n, device, gen):
     x64 = x.detach().double().requires_grad_()
     torch.softmax(x64, -1).backward(dy.double())
     assert x.grad.dtype == dtype and not torch.isnan(x.grad).any()
-    err = _rel_err(x.grad, x64.grad)
+    err = rel_err(x.grad, x64.grad)
     assert err <= BOUNDS[dtype][2], f"relative error {err:.3e}"
 
     xt = x.detach().clone().requires_grad_()
     torch.softmax(xt, -1).backward(dy)
-    assert err <= GRAD_TORCH_FACTOR * _reference_error(xt.grad, x64.grad, dtype) + 1e-7
+    assert err <= GRAD_TORCH_FACTOR * reference_error(xt.grad, x64.grad, dtype) + 1e-7
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -144,7 +128,7 @@ def test_any_rank_and_dim(shape, dim, impl, device, gen):
     y.backward(dy)
     x64 = x.detach().double().requires_grad_()
     torch.softmax(x64, dim).backward(dy.double())
-    assert _rel_err(x.grad, x64.grad) <= BOUNDS[torch.float32][2]
+    assert rel_err(x.grad, x64.grad) <= BOUNDS[torch.float32][2]
 
 
 def _non_contiguous_inputs(device, gen):
@@ -173,7 +157,7 @@ def test_non_contiguous_upstream_gradient(device, gen):
     softmax(x).backward(dy)
     x64 = x.detach().double().requires_grad_()
     torch.softmax(x64, -1).backward(dy.double())
-    assert _rel_err(x.grad, x64.grad) <= BOUNDS[torch.float32][2]
+    assert rel_err(x.grad, x64.grad) <= BOUNDS[torch.float32][2]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -193,7 +177,7 @@ def test_every_output_element_written(impl, n, device, gen):
     dx = softmax_bwd(y, dy, plan, out=torch.full_like(x, float("nan")))
     assert not torch.isnan(dx).any()
     ref = reference.softmax_backward(y.double(), dy.double())
-    assert _rel_err(dx, ref) <= BOUNDS[torch.float16][2]
+    assert rel_err(dx, ref) <= BOUNDS[torch.float16][2]
 
 
 def test_launch_writes_nothing_outside_its_rows(device, gen):
@@ -504,7 +488,7 @@ def test_split_row_forward_and_backward(dtype, n, device, gen):
     dy = _draw((m, n), dtype, device, gen, scale=1.0)
     dx = softmax_bwd(y, dy, plan, out=torch.full_like(x, float("nan")))
     assert not torch.isnan(dx).any()
-    assert _rel_err(dx, reference.softmax_backward(y.double(), dy.double())) <= BOUNDS[dtype][2]
+    assert rel_err(dx, reference.softmax_backward(y.double(), dy.double())) <= BOUNDS[dtype][2]
 
 
 @needs_gpu
@@ -530,4 +514,4 @@ def test_split_row_through_autograd(device, gen):
     softmax(x).backward(dy)
     x64 = x.detach().double().requires_grad_()
     torch.softmax(x64, -1).backward(dy.double())
-    assert _rel_err(x.grad, x64.grad) <= BOUNDS[torch.bfloat16][2]
+    assert rel_err(x.grad, x64.grad) <= BOUNDS[torch.bfloat16][2]

@@ -14,19 +14,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import platform
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-import triton
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
+from probe_common import probe_header  # noqa: E402
 from kernels.rmsnorm_linear import (  # noqa: E402
     SMEM_BYTES,
     _config,
@@ -79,13 +78,6 @@ def host_us(fn, calls: int = 200) -> float:
     return elapsed / calls * 1e6
 
 
-def copy_ceiling_gbs() -> float:
-    src = torch.empty(2**28, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    return 2 * src.numel() * 4 / ms / 1e6
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -96,17 +88,8 @@ def main() -> int:
     start = time.time()
     torch.manual_seed(0)
     dtype = torch.bfloat16
-    result = {
-        "gpu": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "timing": "triton.testing.do_bench median, L2 cleared before every call",
-        "copy_ceiling_gbs": copy_ceiling_gbs(),
-        "rows": [],
-    }
+    result = probe_header(rows=[])
     ceiling = result["copy_ceiling_gbs"]
-    print(f"{result['gpu']}: copy ceiling {ceiling:.0f} GB/s", flush=True)
     compiled = torch.compile(reference.rmsnorm_linear_reference, dynamic=False)
     for m, n in SHAPES:
         x = torch.randn(m, K, device="cuda").to(dtype)

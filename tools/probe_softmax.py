@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import platform
 import sys
 import time
 from pathlib import Path
@@ -26,17 +25,12 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
-softmax_module = importlib.import_module("kernels.softmax")
 from kernels.softmax import SoftmaxPlan, plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
+from probe_common import probe_header  # noqa: E402
+
+softmax_module = importlib.import_module("kernels.softmax")  # the package's `softmax` attribute is the function
 
 TOTAL = 2**28  # elements per case: 1 GiB of fp32, far past the 50 MB L2
-
-
-def copy_ceiling_gbs() -> float:
-    src = torch.empty(2**28, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
-    return 2 * src.numel() * 4 / ms / 1e6
 
 
 def time_ms(fn) -> float:
@@ -153,58 +147,53 @@ ROUND3_SHAPES = {
 }
 
 
+def measure_shape(out: dict, m: int, n: int, dtype: torch.dtype, lab_forward, lab_backward, peers: bool) -> None:
+    """Time one shape forward and (except float16) backward into `out`. lab_forward(x) and
+    lab_backward(y, dy) give the lab's (name, call) candidates; the peers are added when `peers`."""
+    ceiling = out["copy_ceiling_gbs"]
+    size = torch.empty((), dtype=dtype).element_size()
+    key = {"dtype": str(dtype)[6:], "M": m, "N": n}
+    x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
+    ref = torch.softmax(x[:64].double(), -1)
+    candidates = lab_forward(x)
+    if peers:
+        candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
+    out["forward"] += measure(candidates, ref, 2 * m * n * size, ceiling, key)
+    del x
+    if dtype == torch.float16:
+        return
+    y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
+    dy = torch.randn(m, n, device="cuda", dtype=dtype)
+    ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
+    candidates = lab_backward(y, dy)
+    if peers:
+        candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
+                       ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
+    out["backward"] += measure(candidates, ref, 3 * m * n * size, ceiling, key)
+    del y, dy
+    torch.cuda.empty_cache()
+
+
 def run_round3(peers: bool = True) -> dict:
     torch.manual_seed(0)
-    out = _header()
-    ceiling = out["copy_ceiling_gbs"]
+    out = probe_header(forward=[], backward=[])
     for dtype, shapes in ROUND3_SHAPES.items():
         for m, n in shapes:
-            size = torch.empty((), dtype=dtype).element_size()
-            key = {"dtype": str(dtype)[6:], "M": m, "N": n}
-            x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
-            ref = torch.softmax(x[:64].double(), -1)
-            candidates = [(f"lab:{name}", _with_store_hint(lambda p=plan: softmax_fwd(x, p), hint))
-                          for name, plan, hint in round3_variants(m, n, dtype, "forward")]
-            if peers:
-                candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
-            out["forward"] += measure(candidates, ref, 2 * m * n * size, ceiling, key)
-            del x
-            if dtype == torch.float16:
-                continue
-            y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
-            dy = torch.randn(m, n, device="cuda", dtype=dtype)
-            ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
-            candidates = [(f"lab:{name}", _with_store_hint(lambda p=plan: softmax_bwd(y, dy, p), hint))
-                          for name, plan, hint in round3_variants(m, n, dtype, "backward")]
-            if peers:
-                candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
-                               ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
-            out["backward"] += measure(candidates, ref, 3 * m * n * size, ceiling, key)
-            del y, dy
-            torch.cuda.empty_cache()
-    return out
+            def lab_forward(x, m=m, n=n, dtype=dtype):
+                return [(f"lab:{name}", _with_store_hint(lambda p=plan: softmax_fwd(x, p), hint))
+                        for name, plan, hint in round3_variants(m, n, dtype, "forward")]
 
+            def lab_backward(y, dy, m=m, n=n, dtype=dtype):
+                return [(f"lab:{name}", _with_store_hint(lambda p=plan: softmax_bwd(y, dy, p), hint))
+                        for name, plan, hint in round3_variants(m, n, dtype, "backward")]
 
-def _header() -> dict:
-    out: dict = {
-        "gpu": torch.cuda.get_device_name(),
-        "sms": torch.cuda.get_device_properties(0).multi_processor_count,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "timing": "triton.testing.do_bench median, L2 cleared before every call",
-        "copy_ceiling_gbs": copy_ceiling_gbs(),
-        "forward": [],
-        "backward": [],
-    }
-    print(f"{out['gpu']}: copy ceiling {out['copy_ceiling_gbs']:.0f} GB/s", flush=True)
+            measure_shape(out, m, n, dtype, lab_forward, lab_backward, peers)
     return out
 
 
 def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
     torch.manual_seed(0)
-    out = _header()
-    ceiling = out["copy_ceiling_gbs"]
+    out = probe_header(forward=[], backward=[])
     shapes = [(TOTAL // n, n) for n in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)]
     shapes += [(32768, 256), (32768, 512), (4096, 1024)]
     if quick:
@@ -214,27 +203,15 @@ def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
         for m, n in shapes:
             if dtype == torch.float16 and (m, n) != (4096, 1024):
                 continue
-            size = torch.empty((), dtype=dtype).element_size()
-            x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
-            ref = torch.softmax(x[:64].double(), -1)
-            candidates = [(f"lab:{name}", (lambda p=plan: softmax_fwd(x, p))) for name, plan in forward_variants(m, n, dtype)]
-            if peers:
-                candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
-            key = {"dtype": str(dtype)[6:], "M": m, "N": n}
-            out["forward"] += measure(candidates, ref, 2 * m * n * size, ceiling, key)
-            del x
-            if dtype == torch.float16:
-                continue
-            y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
-            dy = torch.randn(m, n, device="cuda", dtype=dtype)
-            ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
-            candidates = [(f"lab:{name}", (lambda p=plan: softmax_bwd(y, dy, p))) for name, plan in backward_variants(m, n, dtype)]
-            if peers:
-                candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
-                               ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
-            out["backward"] += measure(candidates, ref, 3 * m * n * size, ceiling, key)
-            del y, dy
-            torch.cuda.empty_cache()
+
+            def lab_forward(x, m=m, n=n, dtype=dtype):
+                return [(f"lab:{name}", (lambda p=plan: softmax_fwd(x, p))) for name, plan in forward_variants(m, n, dtype)]
+
+            def lab_backward(y, dy, m=m, n=n, dtype=dtype):
+                return [(f"lab:{name}", (lambda p=plan: softmax_bwd(y, dy, p)))
+                        for name, plan in backward_variants(m, n, dtype)]
+
+            measure_shape(out, m, n, dtype, lab_forward, lab_backward, peers)
     return out
 
 

@@ -267,12 +267,19 @@ _TAIL_WARPS = {4096: 4, 8192: 8, 16384: 16, 32768: 32, 65536: 32}
 # Short rows share a program up to this many lanes (probe 5, M = 32,768: 4 rows of 256, 2 of 512, 1 of
 # 1024, on 2 warps, are within a point or two of the best of 64 variants in both dtypes and directions).
 _LANES_PER_PROGRAM = 1024
+# ...except rows of at most this many lanes, by element size, whose programs run on one warp: fp32 rows of
+# 128 at M = 32,768 measured 74% of the ceiling on one warp against 68% on two (H100, probe round 5, twice);
+# bf16 rows of 128 measured a point lower on one warp, so 2-byte rows keep two.
+_ONE_WARP_MAX_N = {4: 128}
 _MIN_BLOCK_N = 16
 # Rows at least this long are held as a power-of-two head plus a power-of-two tail when the tail is at most
-# 1/_TAIL_MAX_FRACTION of the head (single_block_lanes). Measured on the H200 (probes 5 and 6): a 128-lane
-# tail gains 3-5 points of the ceiling at N = 4224 and 8320; at 9216 (a tail of 1/8) and beyond, the one
-# power-of-two block on 16 warps measured level or ahead, and heads of 2048 gained nothing.
+# _TAIL_MAX_LANES[head] lanes, or 1/_TAIL_MAX_FRACTION of a head not in the table (single_block_lanes).
+# Measured at M = 4096, fp32: a 4096 head gains 1-5 points with tails of 128 (H200, H100), 256 (H100) and
+# 512 lanes (H100: 97% at N = 4608 against 96% for one 8192-lane block); an 8192 head is level with one
+# 16384-lane block at a 128-lane tail and 1.5-2 points behind it at 256 and 512 (H100 and H200). Heads of
+# 2048 gained nothing; longer heads are unmeasured and keep the 1/16 rule.
 _TAIL_MIN_N = 4096
+_TAIL_MAX_LANES = {4096: 512, 8192: 128}
 _TAIL_MAX_FRACTION = 16
 
 # Online settings: tile width by element size (bytes); one tile is 16 KiB of input per program.
@@ -330,11 +337,13 @@ def single_block_lanes(n_cols: int) -> tuple[int, int]:
     """(head, tail) lanes of a single-block row: a row of N = 4224 takes 4096 + 128 lanes where one
     power-of-two block would take 8192. The head is the largest power of two below N, the tail the smallest
     power of two (at least _MIN_BLOCK_N) that covers the rest. Rows that are a power of two, shorter than
-    _TAIL_MIN_N, or whose tail would exceed head / _TAIL_MAX_FRACTION take one block: (next power of two, 0)."""
+    _TAIL_MIN_N, or whose tail would exceed the head's limit (_TAIL_MAX_LANES, else head / _TAIL_MAX_FRACTION)
+    take one block: (next power of two, 0)."""
     padded = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols))
     head = padded // 2
     tail = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols - head)) if n_cols > head else 0
-    if padded == n_cols or n_cols < _TAIL_MIN_N or tail * _TAIL_MAX_FRACTION > head:
+    max_tail = _TAIL_MAX_LANES.get(head, head // _TAIL_MAX_FRACTION)
+    if padded == n_cols or n_cols < _TAIL_MIN_N or tail > max_tail:
         return padded, 0
     return head, tail
 
@@ -364,6 +373,8 @@ def plan_softmax(
         block_n, tail_n = single_block_lanes(n_cols)
         if tail_n:
             num_warps = _TAIL_WARPS[block_n]
+        elif block_n <= _ONE_WARP_MAX_N.get(_element_size(dtype), 0):
+            num_warps = 1
         else:
             num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
         rows = max(1, _LANES_PER_PROGRAM // (block_n + tail_n))  # block_n alone is a power of two here

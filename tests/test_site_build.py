@@ -407,7 +407,7 @@ def test_tuning_post_settings_tables_match_the_code():
             f"docs/posts/tuning-softmax.md says N = {n} runs with BLOCK_N {block_n}, a {tail}-lane tail, {warps} "
             f"warps, {per_program} rows per program, but kernels/softmax.py plans {plan}: update the post's table"
         )
-        assert int(per_thread) == plan.rows_per_program * (plan.block_n + plan.tail_n) // (32 * plan.num_warps)
+        assert float(per_thread) == plan.rows_per_program * (plan.block_n + plan.tail_n) / (32 * plan.num_warps)
     for dtype_cell, block_n, warps in _table_rows(text, "| element type"):
         for name in re.findall(r"float16|bfloat16|float32", dtype_cell):
             plan = plan_softmax(4096, 1 << 18, getattr(torch, name), "online")

@@ -50,7 +50,7 @@ BOUNDS = {
 GRAD_TORCH_FACTOR = 4.0
 DTYPES = list(BOUNDS)
 IMPLS = ["auto", "single_block", "online"]
-ROW_LENGTHS = [1, 2, 3, 127, 128, 129, 1000, 1024, 4097, 70000]
+ROW_LENGTHS = [1, 2, 3, 127, 128, 129, 1000, 1024, 4097, 4600, 70000]  # 4097, 4600: head + tail lanes
 
 
 def _rows_for(n: int) -> int:
@@ -165,19 +165,20 @@ def test_non_contiguous_upstream_gradient(device, gen):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n", [3, 100, 129, 4224, 5000])
+@pytest.mark.parametrize("n", [3, 100, 129, 4224, 4600, 5000])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)  # fp32 short rows run on one warp
 @pytest.mark.parametrize("impl", ["single_block", "online"])
-def test_every_output_element_written(impl, n, device, gen):
+def test_every_output_element_written(impl, dtype, n, device, gen):
     m = 13  # not a multiple of any rows-per-program
-    x = _draw((m, n), torch.float16, device, gen)
+    x = _draw((m, n), dtype, device, gen)
     plan = plan_softmax(m, n, x.dtype, impl)
     y = softmax_fwd(x, plan, out=torch.full_like(x, float("nan")))
     _assert_close_to_float64(y, x)
-    dy = _draw((m, n), torch.float16, device, gen)
+    dy = _draw((m, n), dtype, device, gen)
     dx = softmax_bwd(y, dy, plan, out=torch.full_like(x, float("nan")))
     assert not torch.isnan(dx).any()
     ref = reference.softmax_backward(y.double(), dy.double())
-    assert rel_err(dx, ref) <= BOUNDS[torch.float16][2]
+    assert rel_err(dx, ref) <= BOUNDS[dtype][2]
 
 
 def test_launch_writes_nothing_outside_its_rows(device, gen):
@@ -403,19 +404,27 @@ def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, 
     assert y_short.shape == (2, 64)
 
 
+ONE_WARP_IN_FP32 = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 2}  # warps, rows of <= 128 lanes
+
+
 @pytest.mark.parametrize(
     "n,block_n,tail_n,warps,rows",
-    [(1, 16, 0, 2, 64), (16, 16, 0, 2, 64), (17, 32, 0, 2, 32), (512, 512, 0, 2, 2), (1024, 1024, 0, 2, 1),
+    [(1, 16, 0, ONE_WARP_IN_FP32, 64), (16, 16, 0, ONE_WARP_IN_FP32, 64), (17, 32, 0, ONE_WARP_IN_FP32, 32),
+     (128, 128, 0, ONE_WARP_IN_FP32, 8), (129, 256, 0, 2, 4), (512, 512, 0, 2, 2), (1024, 1024, 0, 2, 1),
      (2048, 2048, 0, 4, 1), (2049, 4096, 0, 8, 1), (4096, 4096, 0, 8, 1), (4097, 4096, 16, 4, 1),
-     (4224, 4096, 128, 4, 1), (4352, 4096, 256, 4, 1), (4353, 8192, 0, 16, 1), (8320, 8192, 128, 8, 1),
-     (9216, 16384, 0, 16, 1),
-     (16384, 16384, 0, 16, 1), (16385, 16384, 16, 16, 1), (20000, 32768, 0, 32, 1)],
+     (4224, 4096, 128, 4, 1), (4352, 4096, 256, 4, 1), (4608, 4096, 512, 4, 1), (4609, 8192, 0, 16, 1),
+     (8320, 8192, 128, 8, 1), (8321, 16384, 0, 16, 1), (8448, 16384, 0, 16, 1), (9216, 16384, 0, 16, 1),
+     (16384, 16384, 0, 16, 1), (16385, 16384, 16, 16, 1), (17408, 16384, 1024, 16, 1), (17409, 32768, 0, 32, 1),
+     (20000, 32768, 0, 32, 1)],
 )
 def test_single_block_settings_table(n, block_n, tail_n, warps, rows):
     for dtype in DTYPES:
-        plan = plan_softmax(1000, n, dtype, "single_block")
-        assert (plan.block_n, plan.tail_n, plan.num_warps, plan.rows_per_program) == (block_n, tail_n, warps, rows)
-        assert plan.grid == -(-1000 // rows)
+        expected_warps = warps[dtype] if isinstance(warps, dict) else warps
+        for direction in ("forward", "backward") if n <= 1024 else ("forward",):
+            plan = plan_softmax(1000, n, dtype, "single_block", direction=direction)
+            assert (plan.block_n, plan.tail_n, plan.num_warps, plan.rows_per_program) == (
+                block_n, tail_n, expected_warps, rows)
+            assert plan.grid == -(-1000 // rows)
 
 
 @pytest.mark.parametrize("n", list(range(1, 70000, 997)) + [2**k + d for k in range(4, 17) for d in (-1, 0, 1)])
@@ -424,7 +433,8 @@ def test_single_block_lanes_cover_the_row(n):
     padded = max(16, triton.next_power_of_2(n))
     assert head & (head - 1) == 0 and head + tail >= n  # a power-of-two head; the lanes hold the row
     if tail:
-        assert tail & (tail - 1) == 0 and 16 <= tail <= head // 16 and head < n and n >= 4096
+        assert tail & (tail - 1) == 0 and 16 <= tail <= {4096: 512, 8192: 128}.get(head, head // 16)
+        assert head < n and n >= 4096
         assert head + tail < padded  # a tail is only taken when it saves lanes
     else:
         assert head == padded

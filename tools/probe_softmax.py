@@ -4,9 +4,11 @@ expose, to choose the settings tables in kernels/softmax.py.
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_softmax.py --out probe.json [--quick]
+    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4]
 
-Timing: triton.testing.do_bench (CUDA events, L2 cleared before every call, median of the samples).
+Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
+the samples); round 4 uses the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
+while each round is queued so host time never shows, candidates interleaved), the clock of the run records.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from pathlib import Path
 
 import torch
 import triton
+import triton.language as tl
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
 from kernels.softmax import SoftmaxPlan, plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
+from lab.timing import CudaEventClock  # noqa: E402
 from probe_common import probe_header  # noqa: E402
 
 softmax_module = importlib.import_module("kernels.softmax")  # the package's `softmax` attribute is the function
@@ -215,6 +219,266 @@ def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Round 4: candidates for long rows that read x once from DRAM without programs waiting on each other, and
+# the settings where the H200 records left the lab's kernel behind a peer.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fwd_l2_reuse_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                         BLOCK_N: tl.constexpr, REVERSE: tl.constexpr, HINTS: tl.constexpr):
+    # Candidate: a persistent grid walks rows; pass 1 folds the row tile by tile into (m, d), pass 2 reads it
+    # again, last tile first, while the row is still in L2, and writes y. DRAM sees x once if the rows in
+    # flight fit in L2. Random inputs only (no special-value handling): a probe candidate.
+    offs = tl.arange(0, BLOCK_N)
+    n_tiles = tl.cdiv(n_cols, BLOCK_N)
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        x_row = x_ptr + row * x_row_stride  # int32 offsets: the probe's matrices hold 2^28 elements
+        y_row = y_ptr + row * y_row_stride
+        m = tl.full([], -float("inf"), tl.float32)
+        d = tl.full([], 0.0, tl.float32)
+        for t in range(0, n_tiles):
+            cols = t * BLOCK_N + offs
+            if HINTS:
+                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy="evict_last")
+            else:
+                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"))
+            x = x.to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+            m = m_new
+        inv_d = 1.0 / d
+        for t in range(0, n_tiles):
+            tile = n_tiles - 1 - t if REVERSE else t
+            cols = tile * BLOCK_N + offs
+            if HINTS:
+                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy="evict_first")
+            else:
+                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"))
+            y = tl.exp(x.to(tl.float32) - m) * inv_d
+            tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols, cache_modifier=".cs")
+
+
+@triton.jit
+def _bwd_l2_reuse_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+                         BLOCK_N: tl.constexpr, REVERSE: tl.constexpr, HINTS: tl.constexpr):
+    # Candidate backward: pass 1 accumulates <dy, y> per lane, pass 2 rereads y and dy (last tile first).
+    offs = tl.arange(0, BLOCK_N)
+    n_tiles = tl.cdiv(n_cols, BLOCK_N)
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        r64 = row  # int32 offsets: the probe's matrices hold 2^28 elements
+        acc = tl.zeros([BLOCK_N], tl.float32)
+        for t in range(0, n_tiles):
+            cols = t * BLOCK_N + offs
+            if HINTS:
+                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
+            else:
+                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0)
+                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0)
+            acc += y.to(tl.float32) * dy.to(tl.float32)
+        dot = tl.sum(acc, axis=0)
+        for t in range(0, n_tiles):
+            tile = n_tiles - 1 - t if REVERSE else t
+            cols = tile * BLOCK_N + offs
+            if HINTS:
+                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_first")
+                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_first")
+            else:
+                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0)
+                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0)
+            dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
+            tl.store(dx_ptr + r64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols,
+                     cache_modifier=".cs")
+
+
+def _l2_forward(x, per_sm, block_n, warps, reverse, hints):
+    m, n = x.shape
+    y = torch.empty_like(x)
+    grid = min(m, per_sm * torch.cuda.get_device_properties(0).multi_processor_count)
+    _fwd_l2_reuse_kernel[(grid,)](x, y, m, n, x.stride(0), y.stride(0), BLOCK_N=block_n, REVERSE=reverse,
+                                  HINTS=hints, num_warps=warps)
+    return y
+
+
+def _l2_backward(y, dy, per_sm, block_n, warps, reverse, hints):
+    m, n = y.shape
+    dx = torch.empty_like(y)
+    grid = min(m, per_sm * torch.cuda.get_device_properties(0).multi_processor_count)
+    _bwd_l2_reuse_kernel[(grid,)](y, dy, dx, m, n, y.stride(0), dy.stride(0), dx.stride(0), BLOCK_N=block_n,
+                                  REVERSE=reverse, HINTS=hints, num_warps=warps)
+    return dx
+
+
+# (programs per SM, tile, warps, pass 2 last tile first, eviction hints)
+L2_SETTINGS = ((1, 8192, 8, True, True), (2, 4096, 4, True, True), (2, 8192, 8, True, True),
+               (4, 4096, 4, True, True), (2, 8192, 8, False, False), (2, 8192, 8, True, False))
+
+
+def held_times(candidates, rounds: int = 30, warmup: int = 3) -> dict[str, float]:
+    """Median ms of each candidate under the lab's clock: flushed L2, device held while a round is queued,
+    candidates interleaved and rotated by one each round."""
+    clock = CudaEventClock("cuda")
+    samples: dict[str, list[float]] = {name: [] for name, _ in candidates}
+    for r in range(warmup + rounds):
+        order = candidates[r % len(candidates):] + candidates[:r % len(candidates)]
+        clock.begin_round()
+        readers = [(name, clock.measure(fn)) for name, fn in order]
+        clock.end_round()
+        clock.settle()
+        if r >= warmup:
+            for name, read in readers:
+                samples[name].append(read())
+    return {name: sorted(v)[len(v) // 2] for name, v in samples.items()}
+
+
+def measure_held(candidates, ref, nbytes: int, ceiling: float, key: dict) -> list[dict]:
+    """Check each candidate's first 64 rows against `ref`, then time all that passed together."""
+    rows, ok = [], []
+    for name, fn in candidates:
+        row = {**key, "variant": name}
+        try:
+            row["rel_err"] = check(fn()[:64], ref)
+            ok.append((name, fn))
+        except Exception as e:
+            row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            torch.cuda.empty_cache()
+        rows.append(row)
+    times = held_times(ok) if ok else {}
+    for row in rows:
+        if row["variant"] in times:
+            ms = times[row["variant"]]
+            row.update(ms=ms, gbs=nbytes / ms / 1e6, pct=100 * nbytes / ms / 1e6 / ceiling)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _single_block_plans(m, n, dtype, direction, warps=(), rows=(), tails=True):
+    auto = plan_softmax(m, n, dtype, "single_block", direction=direction)
+    yield "auto", plan_softmax(m, n, dtype, "auto", True, direction)
+    for w in warps:
+        if w != auto.num_warps:
+            yield f"w{w}", SoftmaxPlan("single_block", auto.block_n, auto.rows_per_program, w, auto.grid, tail_n=auto.tail_n)
+    for r in rows:
+        for w in warps or (auto.num_warps,):
+            if r != auto.rows_per_program:
+                yield f"r{r}w{w}", SoftmaxPlan("single_block", auto.block_n, r, w, triton.cdiv(m, r), tail_n=auto.tail_n)
+    if tails and auto.tail_n:
+        padded = triton.next_power_of_2(n)
+        for w in (16, 32):
+            yield f"block{padded}w{w}", SoftmaxPlan("single_block", padded, 1, w, m)
+
+
+def run_round4(peers: bool = True) -> dict:
+    torch.manual_seed(0)
+    out = probe_header(forward=[], backward=[])
+    ceiling = out["copy_ceiling_gbs"]
+
+    def forward(m, n, dtype, lab):
+        size = torch.empty((), dtype=dtype).element_size()
+        x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
+        ref = torch.softmax(x[:64].double(), -1)
+        cands = [(f"lab:{name}", fn(x)) for name, fn in lab]
+        if peers:
+            cands += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
+        out["forward"].extend(measure_held(cands, ref, 2 * m * n * size, ceiling, {"dtype": str(dtype)[6:], "M": m, "N": n}))
+        del x
+        torch.cuda.empty_cache()
+
+    def backward(m, n, dtype, lab):
+        size = torch.empty((), dtype=dtype).element_size()
+        y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
+        dy = torch.randn(m, n, device="cuda", dtype=dtype)
+        ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
+        cands = [(f"lab:{name}", fn(y, dy)) for name, fn in lab]
+        if peers:
+            cands += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
+                      ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
+        out["backward"].extend(measure_held(cands, ref, 3 * m * n * size, ceiling, {"dtype": str(dtype)[6:], "M": m, "N": n}))
+        del y, dy
+        torch.cuda.empty_cache()
+
+    def plans_fwd(plans):
+        return [(name, lambda x, p=p: (lambda: softmax_fwd(x, p))) for name, p in plans]
+
+    def plans_bwd(plans):
+        return [(name, lambda y, dy, p=p: (lambda: softmax_bwd(y, dy, p))) for name, p in plans]
+
+    # Long rows at M*N = 2^28: the dispatch now against the L2-reuse candidates.
+    for dtype in (torch.bfloat16, torch.float32):
+        for n in (16384, 32768, 65536, 131072, 262144):
+            m = TOTAL // n
+            lab = plans_fwd([("auto", plan_softmax(m, n, dtype, "auto", True))])
+            if n >= 65536:
+                lab += plans_fwd([(f"split_row/b16384w{w}", SoftmaxPlan("split_row", 16384, 1, w, m * (n // 16384), n // 16384))
+                                  for w in (8, 16)])
+            lab += [(f"l2/p{p}b{b}w{w}{'r' if r else ''}{'h' if h else ''}",
+                     lambda x, s=(p, b, w, r, h): (lambda: _l2_forward(x, *s))) for p, b, w, r, h in L2_SETTINGS]
+            forward(m, n, dtype, lab)
+            lab = plans_bwd([("auto", plan_softmax(m, n, dtype, "auto", True, "backward"))])
+            lab += [(f"l2/p{p}b{b}w{w}{'r' if r else ''}{'h' if h else ''}",
+                     lambda y, dy, s=(p, b, w, r, h): (lambda: _l2_backward(y, dy, *s))) for p, b, w, r, h in L2_SETTINGS]
+            backward(m, n, dtype, lab)
+    # The sweeps' shapes (M = 4096, fp32) where the H200 records had a peer ahead, and the seed case.
+    for n in (640, 1024, 4480, 5376, 6016, 8448, 8704):
+        warps = (1, 2, 4, 8) if n <= 1024 else (8, 16, 32)
+        rows = (2,) if n <= 1024 else ()
+        forward(4096, n, torch.float32, plans_fwd(_single_block_plans(4096, n, torch.float32, "forward", warps, rows)))
+    forward(4096, 1024, torch.float16, plans_fwd(_single_block_plans(4096, 1024, torch.float16, "forward", (1, 2, 4, 8), (2,))))
+    for n in (1408, 2048, 3072, 4608):
+        backward(4096, n, torch.float32,
+                 plans_bwd(_single_block_plans(4096, n, torch.float32, "backward", (2, 4, 8, 16), (), tails=False)))
+    # Short rows at M = 32,768.
+    forward(32768, 128, torch.float32, plans_fwd(_single_block_plans(32768, 128, torch.float32, "forward", (1, 2, 4), (4, 16))))
+    return out
+
+
+def run_round5(peers: bool = True) -> dict:
+    """Round 4's findings checked further on the same clock: tails at 4096- and 8192-lane heads, warps for
+    the shortest rows, and bf16 split-row slices."""
+    torch.manual_seed(0)
+    out = probe_header(forward=[], backward=[])
+    ceiling = out["copy_ceiling_gbs"]
+    for dtype, m, n, plans in _round5_cases():
+        size = torch.empty((), dtype=dtype).element_size()
+        key = {"dtype": str(dtype)[6:], "M": m, "N": n}
+        x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
+        ref = torch.softmax(x[:64].double(), -1)
+        cands = [(f"lab:{name}", (lambda p=p: softmax_fwd(x, p))) for name, p in plans]
+        if peers:
+            cands += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
+        out["forward"].extend(measure_held(cands, ref, 2 * m * n * size, ceiling, key))
+        del x
+        torch.cuda.empty_cache()
+    return out
+
+
+def _round5_cases():
+    for n in (4224, 4352, 4608, 8320, 8448, 8704):
+        auto = plan_softmax(4096, n, torch.float32, "auto", True)
+        padded = triton.next_power_of_2(n)
+        head = padded // 2
+        plans = [("auto", auto), (f"block{padded}w16", SoftmaxPlan("single_block", padded, 1, 16, 4096))]
+        tail = max(16, triton.next_power_of_2(n - head))
+        for w in ((4, 8) if head == 4096 else (8, 16)):
+            plans.append((f"tail{tail}w{w}", SoftmaxPlan("single_block", head, 1, w, 4096, tail_n=tail)))
+        yield torch.float32, 4096, n, plans
+    for dtype in (torch.float32, torch.bfloat16):
+        for n in (128, 256):
+            rows = 1024 // n
+            plans = [("auto", plan_softmax(32768, n, dtype, "auto", True))]
+            plans += [(f"r{r}w{w}", SoftmaxPlan("single_block", n, r, w, triton.cdiv(32768, r)))
+                      for r in (rows // 2, rows, rows * 2) for w in (1, 2, 4)]
+            yield dtype, 32768, n, plans
+    for n in (65536, 262144):
+        m = TOTAL // n
+        plans = [("auto", plan_softmax(m, n, torch.bfloat16, "auto", True))]
+        plans += [(f"split_row/b{b}w{w}", SoftmaxPlan("split_row", b, 1, w, m * (n // b), n // b))
+                  for b, w in ((4096, 2), (4096, 4), (8192, 2), (8192, 8), (16384, 4)) if n // b <= 64]
+        yield torch.bfloat16, m, n, plans
+
+
 def summarize(result: dict) -> None:
     for direction in ("forward", "backward"):
         print(f"\n== {direction}: best lab variant vs best peer (% of copy ceiling)")
@@ -237,9 +501,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="every third shape only")
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
-    parser.add_argument("--round", type=int, choices=(1, 3), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5), default=1,
                         help="1: schedules and settings; 3: the chosen settings against the previous ones and "
-                             "the store hint (round 2 timed a split-row back-off that was dropped with its code)")
+                             "the store hint (round 2 timed a split-row back-off that was dropped with its code); "
+                             "4: L2-reuse candidates for long rows and the settings behind a peer, on the lab's clock; "
+                             "5: tails, the shortest rows' warps and bf16 split-row slices, on the same clock")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
@@ -247,6 +513,10 @@ def main() -> int:
     start = time.time()
     if args.round == 3:
         result = run_round3(not args.no_peers)
+    elif args.round == 4:
+        result = run_round4(not args.no_peers)
+    elif args.round == 5:
+        result = run_round5(not args.no_peers)
     else:
         result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start

@@ -105,10 +105,15 @@ def git_state(root: Path) -> dict:
     """The commit checked out in `root` and whether tracked or new files differ from it.
 
     records/ and docs/ are left out of the dirty check: they hold what runs and renders produce, not what
-    is measured. Outside a git checkout (a copy of the tree shipped to a GPU machine, say) the commit is
-    taken from $KERNEL_LAB_SOURCE_COMMIT when set, with `dirty` unknown (None); the source hashes in every
-    record pin what was measured either way.
+    is measured. $KERNEL_LAB_SOURCE_COMMIT, when set, names the commit instead, with `dirty` unknown
+    (None): a copy of the tree shipped to a GPU machine may sit outside any checkout, or on top of an older
+    one whose HEAD would be the wrong answer. The source hashes in every record pin what was measured
+    either way.
     """
+    declared = os.environ.get("KERNEL_LAB_SOURCE_COMMIT")
+    if declared:
+        return {"commit": declared, "dirty": None}
+
     def git(*args: str) -> str | None:
         try:
             return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30,
@@ -118,7 +123,7 @@ def git_state(root: Path) -> dict:
 
     commit = git("rev-parse", "HEAD")
     if commit is None:
-        return {"commit": os.environ.get("KERNEL_LAB_SOURCE_COMMIT") or None, "dirty": None}
+        return {"commit": None, "dirty": None}
     status = git("status", "--porcelain", "--", ".", ":(exclude)records", ":(exclude)docs")
     return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
 

@@ -151,21 +151,24 @@ ROUND3_SHAPES = {
 }
 
 
-def measure_shape(out: dict, m: int, n: int, dtype: torch.dtype, lab_forward, lab_backward, peers: bool) -> None:
-    """Time one shape forward and (except float16) backward into `out`. lab_forward(x) and
-    lab_backward(y, dy) give the lab's (name, call) candidates; the peers are added when `peers`."""
-    ceiling = out["copy_ceiling_gbs"]
+def measure_forward(out: dict, m: int, n: int, dtype: torch.dtype, lab_forward, peers: bool, timer=None) -> None:
+    """Time the forward of one shape into out["forward"]. lab_forward(x) gives the lab's (name, call)
+    candidates; the peers are added when `peers`. timer: measure (do_bench, the default) or measure_held."""
     size = torch.empty((), dtype=dtype).element_size()
-    key = {"dtype": str(dtype)[6:], "M": m, "N": n}
     x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
     ref = torch.softmax(x[:64].double(), -1)
     candidates = lab_forward(x)
     if peers:
         candidates += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
-    out["forward"] += measure(candidates, ref, 2 * m * n * size, ceiling, key)
+    key = {"dtype": str(dtype)[6:], "M": m, "N": n}
+    out["forward"] += (timer or measure)(candidates, ref, 2 * m * n * size, out["copy_ceiling_gbs"], key)
     del x
-    if dtype == torch.float16:
-        return
+    torch.cuda.empty_cache()
+
+
+def measure_backward(out: dict, m: int, n: int, dtype: torch.dtype, lab_backward, peers: bool, timer=None) -> None:
+    """Time the backward of one shape into out["backward"]; lab_backward(y, dy) gives the lab's candidates."""
+    size = torch.empty((), dtype=dtype).element_size()
     y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
     dy = torch.randn(m, n, device="cuda", dtype=dtype)
     ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
@@ -173,9 +176,17 @@ def measure_shape(out: dict, m: int, n: int, dtype: torch.dtype, lab_forward, la
     if peers:
         candidates += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
                        ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
-    out["backward"] += measure(candidates, ref, 3 * m * n * size, ceiling, key)
+    key = {"dtype": str(dtype)[6:], "M": m, "N": n}
+    out["backward"] += (timer or measure)(candidates, ref, 3 * m * n * size, out["copy_ceiling_gbs"], key)
     del y, dy
     torch.cuda.empty_cache()
+
+
+def measure_shape(out: dict, m: int, n: int, dtype: torch.dtype, lab_forward, lab_backward, peers: bool) -> None:
+    """Time one shape forward and (except float16) backward into `out`, with do_bench."""
+    measure_forward(out, m, n, dtype, lab_forward, peers)
+    if dtype != torch.float16:
+        measure_backward(out, m, n, dtype, lab_backward, peers)
 
 
 def run_round3(peers: bool = True) -> dict:
@@ -208,14 +219,8 @@ def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
             if dtype == torch.float16 and (m, n) != (4096, 1024):
                 continue
 
-            def lab_forward(x, m=m, n=n, dtype=dtype):
-                return [(f"lab:{name}", (lambda p=plan: softmax_fwd(x, p))) for name, plan in forward_variants(m, n, dtype)]
-
-            def lab_backward(y, dy, m=m, n=n, dtype=dtype):
-                return [(f"lab:{name}", (lambda p=plan: softmax_bwd(y, dy, p)))
-                        for name, plan in backward_variants(m, n, dtype)]
-
-            measure_shape(out, m, n, dtype, lab_forward, lab_backward, peers)
+            measure_shape(out, m, n, dtype, _forward_calls(list(forward_variants(m, n, dtype))),
+                          _backward_calls(list(backward_variants(m, n, dtype))), peers)
     return out
 
 
@@ -227,7 +232,8 @@ def run(quick: bool, min_n: int = 0, peers: bool = True) -> dict:
 
 @triton.jit
 def _fwd_l2_reuse_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
-                         BLOCK_N: tl.constexpr, REVERSE: tl.constexpr, HINTS: tl.constexpr):
+                         BLOCK_N: tl.constexpr, REVERSE: tl.constexpr, PASS1_EVICT: tl.constexpr,
+                         PASS2_EVICT: tl.constexpr):
     # Candidate: a persistent grid walks rows; pass 1 folds the row tile by tile into (m, d), pass 2 reads it
     # again, last tile first, while the row is still in L2, and writes y. DRAM sees x once if the rows in
     # flight fit in L2. Random inputs only (no special-value handling): a probe candidate.
@@ -240,10 +246,7 @@ def _fwd_l2_reuse_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_strid
         d = tl.full([], 0.0, tl.float32)
         for t in range(0, n_tiles):
             cols = t * BLOCK_N + offs
-            if HINTS:
-                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy="evict_last")
-            else:
-                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"))
+            x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy=PASS1_EVICT)
             x = x.to(tl.float32)
             m_new = tl.maximum(m, tl.max(x, axis=0))
             d = d * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
@@ -252,45 +255,41 @@ def _fwd_l2_reuse_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_strid
         for t in range(0, n_tiles):
             tile = n_tiles - 1 - t if REVERSE else t
             cols = tile * BLOCK_N + offs
-            if HINTS:
-                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy="evict_first")
-            else:
-                x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"))
+            x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf"), eviction_policy=PASS2_EVICT)
             y = tl.exp(x.to(tl.float32) - m) * inv_d
             tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols, cache_modifier=".cs")
 
 
 @triton.jit
 def _bwd_l2_reuse_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
-                         BLOCK_N: tl.constexpr, REVERSE: tl.constexpr, HINTS: tl.constexpr):
+                         BLOCK_N: tl.constexpr, REVERSE: tl.constexpr, PASS1_EVICT: tl.constexpr,
+                         PASS2_EVICT: tl.constexpr):
     # Candidate backward: pass 1 accumulates <dy, y> per lane, pass 2 rereads y and dy (last tile first).
     offs = tl.arange(0, BLOCK_N)
     n_tiles = tl.cdiv(n_cols, BLOCK_N)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
-        r64 = row  # int32 offsets: the probe's matrices hold 2^28 elements
+        y_row = y_ptr + row * y_row_stride  # int32 offsets: the probe's matrices hold 2^28 elements
+        dy_row = dy_ptr + row * dy_row_stride
         acc = tl.zeros([BLOCK_N], tl.float32)
         for t in range(0, n_tiles):
             cols = t * BLOCK_N + offs
-            if HINTS:
-                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
-                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_last")
-            else:
-                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0)
-                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0)
+            y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=PASS1_EVICT)
+            dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=PASS1_EVICT)
             acc += y.to(tl.float32) * dy.to(tl.float32)
         dot = tl.sum(acc, axis=0)
         for t in range(0, n_tiles):
             tile = n_tiles - 1 - t if REVERSE else t
             cols = tile * BLOCK_N + offs
-            if HINTS:
-                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_first")
-                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy="evict_first")
-            else:
-                y = tl.load(y_ptr + r64 * y_row_stride + cols, mask=cols < n_cols, other=0.0)
-                dy = tl.load(dy_ptr + r64 * dy_row_stride + cols, mask=cols < n_cols, other=0.0)
+            y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=PASS2_EVICT)
+            dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=PASS2_EVICT)
             dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
-            tl.store(dx_ptr + r64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols,
+            tl.store(dx_ptr + row * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols,
                      cache_modifier=".cs")
+
+
+def _evict(hints: bool) -> dict:
+    """Pass 1 asks L2 to keep the row, pass 2 to drop it; without hints both passes use the default."""
+    return {"PASS1_EVICT": "evict_last" if hints else "", "PASS2_EVICT": "evict_first" if hints else ""}
 
 
 def _l2_forward(x, per_sm, block_n, warps, reverse, hints):
@@ -298,7 +297,7 @@ def _l2_forward(x, per_sm, block_n, warps, reverse, hints):
     y = torch.empty_like(x)
     grid = min(m, per_sm * torch.cuda.get_device_properties(0).multi_processor_count)
     _fwd_l2_reuse_kernel[(grid,)](x, y, m, n, x.stride(0), y.stride(0), BLOCK_N=block_n, REVERSE=reverse,
-                                  HINTS=hints, num_warps=warps)
+                                  num_warps=warps, **_evict(hints))
     return y
 
 
@@ -307,7 +306,7 @@ def _l2_backward(y, dy, per_sm, block_n, warps, reverse, hints):
     dx = torch.empty_like(y)
     grid = min(m, per_sm * torch.cuda.get_device_properties(0).multi_processor_count)
     _bwd_l2_reuse_kernel[(grid,)](y, dy, dx, m, n, y.stride(0), dy.stride(0), dx.stride(0), BLOCK_N=block_n,
-                                  REVERSE=reverse, HINTS=hints, num_warps=warps)
+                                  REVERSE=reverse, num_warps=warps, **_evict(hints))
     return dx
 
 
@@ -370,67 +369,56 @@ def _single_block_plans(m, n, dtype, direction, warps=(), rows=(), tails=True):
             yield f"block{padded}w{w}", SoftmaxPlan("single_block", padded, 1, w, m)
 
 
+def _l2_name(setting) -> str:
+    per_sm, block_n, warps, reverse, hints = setting
+    return f"l2/p{per_sm}b{block_n}w{warps}{'r' if reverse else ''}{'h' if hints else ''}"
+
+
+def _forward_calls(plans, l2_settings=()):
+    """lab_forward for measure_forward: the lab's plans, then the L2-reuse candidates."""
+    return lambda x: ([(f"lab:{name}", (lambda p=p: softmax_fwd(x, p))) for name, p in plans]
+                      + [(f"lab:{_l2_name(s)}", (lambda s=s: _l2_forward(x, *s))) for s in l2_settings])
+
+
+def _backward_calls(plans, l2_settings=()):
+    return lambda y, dy: ([(f"lab:{name}", (lambda p=p: softmax_bwd(y, dy, p))) for name, p in plans]
+                          + [(f"lab:{_l2_name(s)}", (lambda s=s: _l2_backward(y, dy, *s))) for s in l2_settings])
+
+
 def run_round4(peers: bool = True) -> dict:
     torch.manual_seed(0)
     out = probe_header(forward=[], backward=[])
-    ceiling = out["copy_ceiling_gbs"]
 
-    def forward(m, n, dtype, lab):
-        size = torch.empty((), dtype=dtype).element_size()
-        x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
-        ref = torch.softmax(x[:64].double(), -1)
-        cands = [(f"lab:{name}", fn(x)) for name, fn in lab]
-        if peers:
-            cands += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
-        out["forward"].extend(measure_held(cands, ref, 2 * m * n * size, ceiling, {"dtype": str(dtype)[6:], "M": m, "N": n}))
-        del x
-        torch.cuda.empty_cache()
+    def forward(m, n, dtype, lab_forward):
+        measure_forward(out, m, n, dtype, lab_forward, peers, measure_held)
 
-    def backward(m, n, dtype, lab):
-        size = torch.empty((), dtype=dtype).element_size()
-        y = torch.softmax(torch.randn(m, n, device="cuda", dtype=torch.float32), -1).to(dtype)
-        dy = torch.randn(m, n, device="cuda", dtype=dtype)
-        ref = reference.softmax_backward(y[:64].double(), dy[:64].double())
-        cands = [(f"lab:{name}", fn(y, dy)) for name, fn in lab]
-        if peers:
-            cands += [("torch", lambda: reference.torch_softmax_backward(y, dy)),
-                      ("torch.compile", lambda: reference.compiled_softmax_backward(y, dy))]
-        out["backward"].extend(measure_held(cands, ref, 3 * m * n * size, ceiling, {"dtype": str(dtype)[6:], "M": m, "N": n}))
-        del y, dy
-        torch.cuda.empty_cache()
-
-    def plans_fwd(plans):
-        return [(name, lambda x, p=p: (lambda: softmax_fwd(x, p))) for name, p in plans]
-
-    def plans_bwd(plans):
-        return [(name, lambda y, dy, p=p: (lambda: softmax_bwd(y, dy, p))) for name, p in plans]
+    def backward(m, n, dtype, lab_backward):
+        measure_backward(out, m, n, dtype, lab_backward, peers, measure_held)
 
     # Long rows at M*N = 2^28: the dispatch now against the L2-reuse candidates.
     for dtype in (torch.bfloat16, torch.float32):
         for n in (16384, 32768, 65536, 131072, 262144):
             m = TOTAL // n
-            lab = plans_fwd([("auto", plan_softmax(m, n, dtype, "auto", True))])
+            plans = [("auto", plan_softmax(m, n, dtype, "auto", True))]
             if n >= 65536:
-                lab += plans_fwd([(f"split_row/b16384w{w}", SoftmaxPlan("split_row", 16384, 1, w, m * (n // 16384), n // 16384))
-                                  for w in (8, 16)])
-            lab += [(f"l2/p{p}b{b}w{w}{'r' if r else ''}{'h' if h else ''}",
-                     lambda x, s=(p, b, w, r, h): (lambda: _l2_forward(x, *s))) for p, b, w, r, h in L2_SETTINGS]
-            forward(m, n, dtype, lab)
-            lab = plans_bwd([("auto", plan_softmax(m, n, dtype, "auto", True, "backward"))])
-            lab += [(f"l2/p{p}b{b}w{w}{'r' if r else ''}{'h' if h else ''}",
-                     lambda y, dy, s=(p, b, w, r, h): (lambda: _l2_backward(y, dy, *s))) for p, b, w, r, h in L2_SETTINGS]
-            backward(m, n, dtype, lab)
+                plans += [(f"split_row/b16384w{w}", SoftmaxPlan("split_row", 16384, 1, w, m * (n // 16384), n // 16384))
+                          for w in (8, 16)]
+            forward(m, n, dtype, _forward_calls(plans, L2_SETTINGS))
+            backward(m, n, dtype, _backward_calls([("auto", plan_softmax(m, n, dtype, "auto", True, "backward"))],
+                                                  L2_SETTINGS))
     # The sweeps' shapes (M = 4096, fp32) where the H200 records had a peer ahead, and the seed case.
     for n in (640, 1024, 4480, 5376, 6016, 8448, 8704):
         warps = (1, 2, 4, 8) if n <= 1024 else (8, 16, 32)
         rows = (2,) if n <= 1024 else ()
-        forward(4096, n, torch.float32, plans_fwd(_single_block_plans(4096, n, torch.float32, "forward", warps, rows)))
-    forward(4096, 1024, torch.float16, plans_fwd(_single_block_plans(4096, 1024, torch.float16, "forward", (1, 2, 4, 8), (2,))))
+        forward(4096, n, torch.float32, _forward_calls(_single_block_plans(4096, n, torch.float32, "forward", warps, rows)))
+    forward(4096, 1024, torch.float16,
+            _forward_calls(_single_block_plans(4096, 1024, torch.float16, "forward", (1, 2, 4, 8), (2,))))
     for n in (1408, 2048, 3072, 4608):
         backward(4096, n, torch.float32,
-                 plans_bwd(_single_block_plans(4096, n, torch.float32, "backward", (2, 4, 8, 16), (), tails=False)))
+                 _backward_calls(_single_block_plans(4096, n, torch.float32, "backward", (2, 4, 8, 16), (), tails=False)))
     # Short rows at M = 32,768.
-    forward(32768, 128, torch.float32, plans_fwd(_single_block_plans(32768, 128, torch.float32, "forward", (1, 2, 4), (4, 16))))
+    forward(32768, 128, torch.float32,
+            _forward_calls(_single_block_plans(32768, 128, torch.float32, "forward", (1, 2, 4), (4, 16))))
     return out
 
 
@@ -439,18 +427,8 @@ def run_round5(peers: bool = True) -> dict:
     the shortest rows, and bf16 split-row slices."""
     torch.manual_seed(0)
     out = probe_header(forward=[], backward=[])
-    ceiling = out["copy_ceiling_gbs"]
     for dtype, m, n, plans in _round5_cases():
-        size = torch.empty((), dtype=dtype).element_size()
-        key = {"dtype": str(dtype)[6:], "M": m, "N": n}
-        x = torch.randn(m, n, device="cuda", dtype=dtype) * 3
-        ref = torch.softmax(x[:64].double(), -1)
-        cands = [(f"lab:{name}", (lambda p=p: softmax_fwd(x, p))) for name, p in plans]
-        if peers:
-            cands += [(name, (lambda f=f: f(x))) for name, f in peers_forward(n)]
-        out["forward"].extend(measure_held(cands, ref, 2 * m * n * size, ceiling, key))
-        del x
-        torch.cuda.empty_cache()
+        measure_forward(out, m, n, dtype, _forward_calls(plans), peers, measure_held)
     return out
 
 

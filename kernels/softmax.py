@@ -17,9 +17,9 @@ Schedules, with the DRAM bytes each moves for an M x N input of `size`-byte elem
   (the online-softmax recurrence), pass 2 reads x again and writes y: 3*M*N*size, any N. The backward pass
   reads y and dy twice (once for dot, once for dx): 5*M*N*size.
 
-`impl="auto"` takes single-block up to a per-dtype row length and split-row beyond it (online under the
-interpreter, or past MAX_SPLITS slices); AUTO_SINGLE_BLOCK_MAX_N records the measurement behind that
-threshold. `impl="single_block"` and `impl="online"` force a schedule. The maths is written up in
+`impl="auto"` takes single-block up to a row length set per direction and dtype, and split-row beyond it
+(online under the interpreter, or past MAX_SPLITS slices); AUTO_SINGLE_BLOCK_MAX_N records the measurements
+behind those thresholds. `impl="single_block"` and `impl="online"` force a schedule. The maths is written up in
 docs/posts (the softmax, its gradient and the online softmax posts); what each setting was measured against
 is in notes/softmax-speed.md.
 """
@@ -245,21 +245,29 @@ def _softmax_bwd_split_row_kernel(
 # the compiler refuses larger blocks.
 MAX_SINGLE_BLOCK_N = 131072
 
-# impl="auto": single-block up to and including this N; above it split-row on a GPU, online under the
-# interpreter. Measured on an NVIDIA H200 (132 SMs, copy ceiling 4.2 TB/s), forward, M*N = 2^28, L2 flushed
-# (notes/softmax-speed.md, probe 1): at N = 32,768 single-block 98% of the ceiling against split-row's 90%
-# (fp32) and 76% against 71% (bf16); at N = 65,536 single-block 72% against 89% (fp32), 66% against 72%
-# (bf16). The record of experiment `softmax-long-rows` shows the resulting dispatch against every peer.
-AUTO_SINGLE_BLOCK_MAX_N = {torch.float32: 32768, torch.float16: 32768, torch.bfloat16: 32768}
+# impl="auto": single-block up to and including this N, by direction and dtype; above it split-row on a GPU,
+# online under the interpreter. Forward, measured on an NVIDIA H200 (132 SMs, copy ceiling 4.2 TB/s),
+# M*N = 2^28, L2 flushed (notes/softmax-speed.md, probe 1): at N = 32,768 single-block 98% of the ceiling
+# against split-row's 90% (fp32) and 76% against 71% (bf16); at N = 65,536 single-block 72% against 89%
+# (fp32), 66% against 72% (bf16). Backward, measured on an H100 (rounds 6 and 7, twice): at N = 32,768 an
+# fp32 row is two 128 KiB tensors, and single-block reached 95% of the ceiling against split-row's 102%;
+# in bf16 single-block held 100% against 92%. The records of experiments `softmax-long-rows` and
+# `softmax-bwd-long-rows` show the resulting dispatch against every peer.
+AUTO_SINGLE_BLOCK_MAX_N = {
+    "forward": {torch.float32: 32768, torch.float16: 32768, torch.bfloat16: 32768},
+    "backward": {torch.float32: 16384, torch.float16: 32768, torch.bfloat16: 32768},
+}
 
 # Single-block settings, by padded row length: (largest BLOCK_N, num_warps). Larger rows need more warps
 # to keep the per-thread register footprint near 16-64 elements. Measured on the H200 (notes/softmax-speed.md):
 # 2k-element rows run at 99% with 4 warps and 87% with 8 (bf16); rows of up to 1024 lanes a program run
 # best on 2 warps (probe 5); the backward at 32k holds two tensors a row and prefers 16 warps (99% against
-# 75% with 32, fp32).
+# 75% with 32, fp32). The backward of one 1024-lane row a program runs on one warp: at M = 4096, fp32,
+# N = 640-1024 it measured 2-4 points above two warps, twice; at M = 32,768 and 262,144 within half a point
+# (H100, rounds 6 and 7). Rows of 512 lanes and fewer, two or more a program, measured 1 point lower on one.
 _SINGLE_BLOCK_WARPS = {
     "forward": ((1024, 2), (2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32)),
-    "backward": ((1024, 2), (2048, 4), (4096, 8), (32768, 16), (MAX_SINGLE_BLOCK_N, 32)),  # two tensors a row at 32k
+    "backward": ((512, 2), (1024, 1), (2048, 4), (4096, 8), (32768, 16), (MAX_SINGLE_BLOCK_N, 32)),
 }
 # Rows held as head + tail lanes take their warps from the head, in both directions (probes 5 and 6, fp32
 # at M = 4096: 4 warps for a 4096 head, 8 for 8192; 16 warps on head + tail cost 10-30 points).
@@ -309,15 +317,17 @@ class SoftmaxPlan:
         return asdict(self)
 
 
-def choose_impl(n_cols: int, dtype: torch.dtype, allow_split_row: bool | None = None) -> str:
-    """The schedule impl="auto" runs for rows of `n_cols` elements of `dtype`.
+def choose_impl(
+    n_cols: int, dtype: torch.dtype, allow_split_row: bool | None = None, direction: str = "forward"
+) -> str:
+    """The schedule impl="auto" runs for rows of `n_cols` elements of `dtype` in `direction`.
 
     allow_split_row: whether programs may wait for each other; None means "unless Triton's interpreter
     runs the kernels" (it runs one program at a time, so such a wait would never end).
     """
     if allow_split_row is None:
         allow_split_row = not interpreter_enabled()
-    if n_cols <= AUTO_SINGLE_BLOCK_MAX_N[dtype]:
+    if n_cols <= AUTO_SINGLE_BLOCK_MAX_N[direction][dtype]:
         return "single_block"
     if allow_split_row and _split_row_count(n_cols, dtype) <= MAX_SPLITS:
         return "split_row"
@@ -362,7 +372,7 @@ def plan_softmax(
     if direction not in DIRECTIONS:
         raise ValueError(f"softmax: direction must be 'forward' or 'backward', got {direction!r}.")
     if impl == "auto":
-        impl = choose_impl(n_cols, dtype, allow_split_row)
+        impl = choose_impl(n_cols, dtype, allow_split_row, direction)
     if impl == "single_block":
         padded = max(_MIN_BLOCK_N, triton.next_power_of_2(n_cols))
         if padded > MAX_SINGLE_BLOCK_N:

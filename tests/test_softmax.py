@@ -364,14 +364,25 @@ def test_single_block_refuses_rows_past_its_limit():
 # ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("direction", ["forward", "backward"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_auto_dispatch_on_each_side_of_threshold(dtype):
-    limit = AUTO_SINGLE_BLOCK_MAX_N[dtype]
+def test_auto_dispatch_on_each_side_of_threshold(dtype, direction):
+    limit = AUTO_SINGLE_BLOCK_MAX_N[direction][dtype]
     for allow_split_row, long_row_impl in [(True, "split_row"), (False, "online")]:
-        assert choose_impl(limit, dtype, allow_split_row) == "single_block"
-        assert choose_impl(limit + 1, dtype, allow_split_row) == long_row_impl
-        assert plan_softmax(8, limit, dtype, "auto", allow_split_row).impl == "single_block"
-        assert plan_softmax(8, limit + 1, dtype, "auto", allow_split_row).impl == long_row_impl
+        assert choose_impl(limit, dtype, allow_split_row, direction) == "single_block"
+        assert choose_impl(limit + 1, dtype, allow_split_row, direction) == long_row_impl
+        assert plan_softmax(8, limit, dtype, "auto", allow_split_row, direction).impl == "single_block"
+        assert plan_softmax(8, limit + 1, dtype, "auto", allow_split_row, direction).impl == long_row_impl
+
+
+@pytest.mark.parametrize("dtype,forward_impl,backward_impl", [(torch.float32, "single_block", "split_row"),
+                                                              (torch.bfloat16, "single_block", "single_block"),
+                                                              (torch.float16, "single_block", "single_block")])
+def test_auto_dispatch_at_32k_depends_on_direction(dtype, forward_impl, backward_impl):
+    # An fp32 row of 32,768 holds two 128 KiB tensors in the backward: split-row there, single-block forward.
+    assert plan_softmax(8192, 32768, dtype, "auto", True).impl == forward_impl
+    assert plan_softmax(8192, 32768, dtype, "auto", True, "backward").impl == backward_impl
+    assert plan_softmax(8192, 16384, dtype, "auto", True, "backward").impl == "single_block"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -392,7 +403,7 @@ def test_interpreter_never_plans_split_row(monkeypatch):
 
 def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, monkeypatch):
     # Lower the threshold so the long-row branch is reachable on a short row, and record which plan ran.
-    monkeypatch.setitem(AUTO_SINGLE_BLOCK_MAX_N, torch.float32, 64)
+    monkeypatch.setitem(AUTO_SINGLE_BLOCK_MAX_N["forward"], torch.float32, 64)
     seen = []
     real = softmax_module.softmax_fwd
     monkeypatch.setattr(softmax_module, "softmax_fwd", lambda x, plan, out=None: seen.append(plan.impl) or real(x, plan))
@@ -420,7 +431,7 @@ ONE_WARP_IN_FP32 = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 2}  # wa
 def test_single_block_settings_table(n, block_n, tail_n, warps, rows):
     for dtype in DTYPES:
         expected_warps = warps[dtype] if isinstance(warps, dict) else warps
-        for direction in ("forward", "backward") if n <= 1024 else ("forward",):
+        for direction in ("forward", "backward") if n <= 512 else ("forward",):
             plan = plan_softmax(1000, n, dtype, "single_block", direction=direction)
             assert (plan.block_n, plan.tail_n, plan.num_warps, plan.rows_per_program) == (
                 block_n, tail_n, expected_warps, rows)
@@ -440,8 +451,9 @@ def test_single_block_lanes_cover_the_row(n):
         assert head == padded
 
 
-@pytest.mark.parametrize("n,forward_warps,backward_warps", [(16384, 16, 16), (20000, 32, 16), (32768, 32, 16),
-                                                            (40000, 32, 32)])
+@pytest.mark.parametrize("n,forward_warps,backward_warps", [(512, 2, 2), (513, 2, 1), (640, 2, 1), (1024, 2, 1),
+                                                            (1025, 4, 4), (16384, 16, 16), (20000, 32, 16),
+                                                            (32768, 32, 16), (40000, 32, 32)])
 def test_backward_settings_differ_where_measured(n, forward_warps, backward_warps):
     assert plan_softmax(64, n, torch.float32, "single_block").num_warps == forward_warps
     assert plan_softmax(64, n, torch.float32, "single_block", direction="backward").num_warps == backward_warps

@@ -4,10 +4,10 @@ expose, to choose the settings tables in kernels/softmax.py.
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4]
+    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7]
 
 Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
-the samples); round 4 uses the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
+the samples); rounds 4-6 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
 while each round is queued so host time never shows, candidates interleaved), the clock of the run records.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import sys
 import time
@@ -457,6 +458,330 @@ def _round5_cases():
         yield torch.bfloat16, m, n, plans
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Round 6: Liger's cache modifiers and division on the lab's single-block kernels, the shortest rows of the
+# M = 4096 sweeps, the backward at M*N = 2^28, and bf16 split-row on 8 warps at 131k.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fwd_hinted_kernel(x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+                       BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                       LOAD_CM: tl.constexpr, STORE_CM: tl.constexpr, DIVIDE: tl.constexpr):
+    # The lab's single-block forward with cache modifiers on its loads and stores, and optionally y = e / d
+    # (Liger's form) in place of e * (1 / d). Random inputs only: a probe candidate.
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_in = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = row_in[:, None] & (cols[None, :] < n_cols)
+    x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=-float("inf"),
+                cache_modifier=LOAD_CM).to(tl.float32)
+    m = tl.max(x, axis=1)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        x_tail = tl.load(x_ptr + rows64[:, None] * x_row_stride + tail_cols[None, :], mask=tail_mask,
+                         other=-float("inf"), cache_modifier=LOAD_CM).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_tail, axis=1))
+    e = tl.exp(x - m[:, None])
+    d = tl.sum(e, axis=1)
+    if TAIL_N > 0:
+        e_tail = tl.exp(x_tail - m[:, None])
+        d += tl.sum(e_tail, axis=1)
+    if DIVIDE:
+        y = e / d[:, None]
+    else:
+        y = e * (1.0 / d)[:, None]
+    tl.store(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask,
+             cache_modifier=STORE_CM)
+    if TAIL_N > 0:
+        if DIVIDE:
+            y_tail = e_tail / d[:, None]
+        else:
+            y_tail = e_tail * (1.0 / d)[:, None]
+        tl.store(y_ptr + rows64[:, None] * y_row_stride + tail_cols[None, :], y_tail.to(y_ptr.dtype.element_ty),
+                 mask=tail_mask, cache_modifier=STORE_CM)
+
+
+@triton.jit
+def _bwd_hinted_kernel(y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+                       BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+                       LOAD_CM: tl.constexpr, STORE_CM: tl.constexpr):
+    # The lab's single-block backward with a cache modifier on the loads of y (Liger's .ca) and on the store.
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_in = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = row_in[:, None] & (cols[None, :] < n_cols)
+    y = tl.load(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0,
+                cache_modifier=LOAD_CM).to(tl.float32)
+    dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(y * dy, axis=1)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        y_tail = tl.load(y_ptr + rows64[:, None] * y_row_stride + tail_cols[None, :], mask=tail_mask, other=0.0,
+                         cache_modifier=LOAD_CM).to(tl.float32)
+        dy_tail = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + tail_cols[None, :], mask=tail_mask,
+                          other=0.0).to(tl.float32)
+        dot += tl.sum(y_tail * dy_tail, axis=1)
+    dx = y * (dy - dot[:, None])
+    tl.store(dx_ptr + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask,
+             cache_modifier=STORE_CM)
+    if TAIL_N > 0:
+        dx_tail = y_tail * (dy_tail - dot[:, None])
+        tl.store(dx_ptr + rows64[:, None] * dx_row_stride + tail_cols[None, :], dx_tail.to(dx_ptr.dtype.element_ty),
+                 mask=tail_mask, cache_modifier=STORE_CM)
+
+
+# (name, load modifier, store modifier, divide): the plain copy first, which must time like lab:auto.
+FORWARD_HINTS = (("copy", "", "", False), ("cs", "", ".cs", False), ("ca-cs", ".ca", ".cs", False),
+                 ("ca-cs-div", ".ca", ".cs", True), ("div", "", "", True))
+BACKWARD_HINTS = (("copy", "", ""), ("ca", ".ca", ""), ("cs", "", ".cs"), ("ca-cs", ".ca", ".cs"))
+
+
+def _hinted_forward(x, plan: SoftmaxPlan, load_cm, store_cm, divide):
+    m, n = x.shape
+    y = torch.empty_like(x)
+    _fwd_hinted_kernel[(plan.grid,)](x, y, m, n, x.stride(0), y.stride(0), BLOCK_N=plan.block_n,
+                                     TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program, LOAD_CM=load_cm,
+                                     STORE_CM=store_cm, DIVIDE=divide, num_warps=plan.num_warps)
+    return y
+
+
+def _hinted_backward(y, dy, plan: SoftmaxPlan, load_cm, store_cm):
+    m, n = y.shape
+    dx = torch.empty_like(y)
+    _bwd_hinted_kernel[(plan.grid,)](y, dy, dx, m, n, y.stride(0), dy.stride(0), dx.stride(0), BLOCK_N=plan.block_n,
+                                     TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program, LOAD_CM=load_cm,
+                                     STORE_CM=store_cm, num_warps=plan.num_warps)
+    return dx
+
+
+def _liger_backward(y, dy):
+    from liger_kernel.ops.softmax import _softmax_backward
+    from liger_kernel.ops.utils import calculate_settings
+
+    block_size, num_warps = calculate_settings(y.shape[-1])
+    return _softmax_backward(dy, y, block_size, num_warps, False)
+
+
+def _short_row_plans(m, n, direction):
+    """Rows per program and warps around the plan, and head + tail lanes (a 512 head for 640 and 768)."""
+    auto = plan_softmax(m, n, torch.float32, "auto", True, direction)
+    yield "auto", auto
+    for r in (1, 2, 4):
+        for w in (1, 2, 4):
+            if (r, w) != (auto.rows_per_program, auto.num_warps):
+                yield f"r{r}w{w}", SoftmaxPlan("single_block", auto.block_n, r, w, triton.cdiv(m, r))
+    head = triton.next_power_of_2(n) // 2
+    tail = triton.next_power_of_2(n - head)
+    for r in (1, 2):
+        for w in (1, 2, 4):
+            yield f"tail{head}+{tail}r{r}w{w}", SoftmaxPlan("single_block", head, r, w, triton.cdiv(m, r), tail_n=tail)
+
+
+def run_round6(peers: bool = True) -> dict:
+    torch.manual_seed(0)
+    out = probe_header(forward=[], backward=[])
+    liger = importlib.util.find_spec("liger_kernel") is not None
+    # Cache modifiers at the sweep shapes (M = 4096, fp32) where Liger was a few tenths ahead.
+    for n in (3456, 4096, 5376, 8192, 9216, 10240, 12672):
+        auto = plan_softmax(4096, n, torch.float32, "auto", True)
+
+        def lab_forward(x, auto=auto):
+            return ([("lab:auto", lambda: softmax_fwd(x, auto))]
+                    + [(f"lab:{name}", (lambda h=h: _hinted_forward(x, auto, *h))) for name, *h in FORWARD_HINTS])
+
+        measure_forward(out, 4096, n, torch.float32, lab_forward, peers, measure_held)
+    for n in (4096, 8192, 10368, 12672):
+        auto = plan_softmax(4096, n, torch.float32, "auto", True, "backward")
+
+        def lab_backward(y, dy, auto=auto):
+            calls = [("lab:auto", lambda: softmax_bwd(y, dy, auto))]
+            calls += [(f"lab:{name}", (lambda h=h: _hinted_backward(y, dy, auto, *h))) for name, *h in BACKWARD_HINTS]
+            return calls + ([("liger", lambda: _liger_backward(y, dy))] if peers and liger else [])
+
+        measure_backward(out, 4096, n, torch.float32, lab_backward, peers, measure_held)
+    # The shortest rows of the M = 4096 sweeps, where torch.compile was ahead.
+    for n in (384, 768):
+        measure_forward(out, 4096, n, torch.float32, _forward_calls(list(_short_row_plans(4096, n, "forward"))),
+                        peers, measure_held)
+    for n in (640, 768):
+        plans = list(_short_row_plans(4096, n, "backward"))
+        measure_backward(out, 4096, n, torch.float32,
+                         lambda y, dy, plans=plans: _backward_calls(plans)(y, dy)
+                         + ([("liger", lambda: _liger_backward(y, dy))] if peers and liger else []),
+                         peers, measure_held)
+    # The backward at M*N = 2^28 (no experiment records it yet): the dispatch against nearby settings.
+    for dtype in (torch.bfloat16, torch.float32):
+        for k in range(10, 19):
+            n = 2**k
+            m = TOTAL // n
+            plans = [("auto", plan_softmax(m, n, dtype, "auto", True, "backward"))]
+            if n <= 32768:
+                base = plans[0][1]
+                plans += [(f"w{w}", SoftmaxPlan("single_block", base.block_n, base.rows_per_program, w, base.grid))
+                          for w in (base.num_warps // 2, base.num_warps * 2) if w >= 1 and base.block_n // (32 * w) >= 4]
+            if n >= 32768:
+                plans += [(f"split_row/b{b}w{w}", SoftmaxPlan("split_row", b, 1, w, m * (n // b), n // b))
+                          for b, w in ((4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)) if 2 <= n // b <= 64]
+            measure_backward(out, m, n, dtype, _backward_calls(plans), False, measure_held)
+    # bf16 forward split-row on 8 warps, which the H200 measured 4 points behind at 131k.
+    for n in (65536, 131072, 262144):
+        m = TOTAL // n
+        plans = [("auto", plan_softmax(m, n, torch.bfloat16, "auto", True))]
+        plans += [(f"split_row/b8192w{w}", SoftmaxPlan("split_row", 8192, 1, w, m * (n // 8192), n // 8192)) for w in (8,)]
+        measure_forward(out, m, n, torch.bfloat16, _forward_calls(plans), False, measure_held)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round 7: split-row programs that hold less across their wait (more programs resident per SM, so more bytes
+# in flight), and a second reading of round 6's backward settings.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fwd_split_lean_kernel(x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_cols, n_splits, x_row_stride,
+                           y_row_stride, BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, RELOAD: tl.constexpr):
+    # The lab's split-row forward, except that nothing computed from x survives the wait: y is recomputed
+    # afterwards from x, either still in registers in its storage dtype (RELOAD False) or read again, from L2
+    # (RELOAD True: the first read asks L2 to keep the slice, the second to drop it). Random inputs only.
+    ticket = tl.atomic_add(sync_ptr, 1)
+    row = ticket // n_splits
+    part = ticket % n_splits
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    ptrs = x_ptr + row.to(tl.int64) * x_row_stride + cols
+    x = tl.load(ptrs, mask=mask, other=-float("inf"), eviction_policy="evict_last" if RELOAD else "")
+    m = tl.max(x.to(tl.float32), axis=0)
+    tl.store(part_m_ptr + ticket, m)
+    tl.store(part_d_ptr + ticket, tl.sum(tl.exp(x.to(tl.float32) - m), axis=0))
+    arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
+    while arrived < n_splits:
+        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+    in_row = tl.arange(0, SPLITS_POW2) < n_splits
+    pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
+    pd = tl.load(part_d_ptr + parts, mask=in_row, other=0.0, volatile=True)
+    m_row = tl.max(pm, axis=0)
+    inv_d = 1.0 / tl.sum(pd * tl.exp(pm - m_row), axis=0)
+    if RELOAD:
+        x = tl.load(ptrs, mask=mask, other=-float("inf"), eviction_policy="evict_first")
+    y = tl.exp(x.to(tl.float32) - m_row) * inv_d
+    tl.store(y_ptr + row.to(tl.int64) * y_row_stride + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bwd_split_lean_kernel(y_ptr, dy_ptr, dx_ptr, part_dot_ptr, sync_ptr, n_cols, n_splits, y_row_stride,
+                           dy_row_stride, dx_row_stride, BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+                           RELOAD: tl.constexpr):
+    # The split-row backward with y and dy kept in their storage dtype across the wait, or read again from L2.
+    ticket = tl.atomic_add(sync_ptr, 1)
+    row = ticket // n_splits
+    part = ticket % n_splits
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    row64 = row.to(tl.int64)
+    y_ptrs = y_ptr + row64 * y_row_stride + cols
+    dy_ptrs = dy_ptr + row64 * dy_row_stride + cols
+    y = tl.load(y_ptrs, mask=mask, other=0.0, eviction_policy="evict_last" if RELOAD else "")
+    dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy="evict_last" if RELOAD else "")
+    tl.store(part_dot_ptr + ticket, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
+    arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
+    while arrived < n_splits:
+        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+    in_row = tl.arange(0, SPLITS_POW2) < n_splits
+    dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
+    if RELOAD:
+        y = tl.load(y_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+        dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy="evict_first")
+    dx = y.to(tl.float32) * (dy.to(tl.float32) - dot)
+    tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+REGISTERS: dict[str, list] = {}  # variant -> [registers, spilled bytes] of its compiled kernel
+
+
+def _note_registers(name: str, compiled) -> None:
+    if name not in REGISTERS and compiled is not None:
+        REGISTERS[name] = [getattr(compiled, "n_regs", None), getattr(compiled, "n_spills", None)]
+
+
+def _lean_forward(x, block_n, warps, reload):
+    m, n = x.shape
+    splits = triton.cdiv(n, block_n)
+    y = torch.empty_like(x)
+    part_m, part_d = torch.empty((2, m * splits), dtype=torch.float32, device=x.device)
+    compiled = _fwd_split_lean_kernel[(m * splits,)](
+        x, y, part_m, part_d, softmax_module._split_row_sync(m, x.device), n, splits, x.stride(0), y.stride(0),
+        BLOCK_N=block_n, SPLITS_POW2=triton.next_power_of_2(splits), RELOAD=reload, num_warps=warps)
+    _note_registers(f"fwd/{x.dtype}/b{block_n}w{warps}/{'reload' if reload else 'keep'}", compiled)
+    return y
+
+
+def _lean_backward(y, dy, block_n, warps, reload):
+    m, n = y.shape
+    splits = triton.cdiv(n, block_n)
+    dx = torch.empty_like(y)
+    part_dot = torch.empty(m * splits, dtype=torch.float32, device=y.device)
+    compiled = _bwd_split_lean_kernel[(m * splits,)](
+        y, dy, dx, part_dot, softmax_module._split_row_sync(m, y.device), n, splits, y.stride(0), dy.stride(0),
+        dx.stride(0), BLOCK_N=block_n, SPLITS_POW2=triton.next_power_of_2(splits), RELOAD=reload, num_warps=warps)
+    _note_registers(f"bwd/{y.dtype}/b{block_n}w{warps}/{'reload' if reload else 'keep'}", compiled)
+    return dx
+
+
+# (slice, warps, read again from L2)
+LEAN_SETTINGS = ((8192, 4, False), (8192, 4, True), (8192, 8, True), (4096, 4, True), (16384, 8, True),
+                 (16384, 16, True), (4096, 2, True))
+
+
+def _lean_name(setting) -> str:
+    block_n, warps, reload = setting
+    return f"lean/b{block_n}w{warps}{'-reload' if reload else '-keep'}"
+
+
+def run_round7(peers: bool = True) -> dict:
+    torch.manual_seed(0)
+    out = probe_header(forward=[], backward=[])
+    for dtype in (torch.bfloat16, torch.float32):
+        for n in (32768, 65536, 131072, 262144):
+            m = TOTAL // n
+            settings = [s for s in LEAN_SETTINGS if 2 <= n // s[0] <= 64]
+            plans = [("auto", plan_softmax(m, n, dtype, "auto", True))]
+            if n == 32768:
+                plans.append(("split_row/b8192w4", SoftmaxPlan("split_row", 8192, 1, 4, m * 4, 4)))
+            measure_forward(out, m, n, dtype, lambda x, plans=plans, settings=settings: (
+                _forward_calls(plans)(x) + [(f"lab:{_lean_name(s)}", (lambda s=s: _lean_forward(x, *s))) for s in settings]),
+                False, measure_held)
+            plans = [("auto", plan_softmax(m, n, dtype, "auto", True, "backward"))]
+            if n == 32768:
+                plans.append(("split_row/b8192w8", SoftmaxPlan("split_row", 8192, 1, 8, m * 4, 4)))
+            measure_backward(out, m, n, dtype, lambda y, dy, plans=plans, settings=settings: (
+                _backward_calls(plans)(y, dy)
+                + [(f"lab:{_lean_name(s)}", (lambda s=s: _lean_backward(y, dy, *s))) for s in settings]),
+                False, measure_held)
+    # Round 6's backward settings again: one warp for rows of up to 1024 lanes, and 512-lane heads with tails.
+    for m, ns in ((4096, (512, 640, 768, 896, 1024)), (32768, (256, 512, 768, 1024))):
+        for n in ns:
+            plans = list(_short_row_plans(m, n, "backward")) if n > 512 else [
+                ("auto", plan_softmax(m, n, torch.float32, "auto", True, "backward"))]
+            if n <= 512:
+                auto = plans[0][1]
+                plans += [(f"r{auto.rows_per_program}w{w}", SoftmaxPlan("single_block", auto.block_n, auto.rows_per_program,
+                                                                        w, auto.grid)) for w in (1, 4)]
+            measure_backward(out, m, n, torch.float32,
+                             lambda y, dy, plans=plans: _backward_calls(plans)(y, dy)
+                             + ([("liger", lambda: _liger_backward(y, dy))] if peers else []),
+                             peers, measure_held)
+    out["registers"] = REGISTERS
+    return out
+
+
 def summarize(result: dict) -> None:
     for direction in ("forward", "backward"):
         print(f"\n== {direction}: best lab variant vs best peer (% of copy ceiling)")
@@ -479,11 +804,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="every third shape only")
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
-    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7), default=1,
                         help="1: schedules and settings; 3: the chosen settings against the previous ones and "
                              "the store hint (round 2 timed a split-row back-off that was dropped with its code); "
                              "4: L2-reuse candidates for long rows and the settings behind a peer, on the lab's clock; "
-                             "5: tails, the shortest rows' warps and bf16 split-row slices, on the same clock")
+                             "5: tails, the shortest rows' warps and bf16 split-row slices, on the same clock; "
+                             "6: cache modifiers, the sweeps' shortest rows, the backward at M*N = 2^28; "
+                             "7: split-row programs that hold less across the wait, round 6's backward settings again")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
@@ -495,6 +822,10 @@ def main() -> int:
         result = run_round4(not args.no_peers)
     elif args.round == 5:
         result = run_round5(not args.no_peers)
+    elif args.round == 6:
+        result = run_round6(not args.no_peers)
+    elif args.round == 7:
+        result = run_round7(not args.no_peers)
     else:
         result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start

@@ -29,7 +29,8 @@ from triton.testing import do_bench
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
-from kernels.softmax import SoftmaxPlan, plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
+from experiments._softmax import _liger_backward  # noqa: E402
+from kernels.softmax import SoftmaxPlan, _wait_for_row, plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
 from lab.timing import CudaEventClock  # noqa: E402
 from probe_common import probe_header  # noqa: E402
 
@@ -559,14 +560,6 @@ def _hinted_backward(y, dy, plan: SoftmaxPlan, load_cm, store_cm):
     return dx
 
 
-def _liger_backward(y, dy):
-    from liger_kernel.ops.softmax import _softmax_backward
-    from liger_kernel.ops.utils import calculate_settings
-
-    block_size, num_warps = calculate_settings(y.shape[-1])
-    return _softmax_backward(dy, y, block_size, num_warps, False)
-
-
 def _short_row_plans(m, n, direction):
     """Rows per program and warps around the plan, and head + tail lanes (a 512 head for 640 and 768)."""
     auto = plan_softmax(m, n, torch.float32, "auto", True, direction)
@@ -660,8 +653,7 @@ def _fwd_split_lean_kernel(x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_col
     tl.store(part_m_ptr + ticket, m)
     tl.store(part_d_ptr + ticket, tl.sum(tl.exp(x.to(tl.float32) - m), axis=0))
     arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
-    while arrived < n_splits:
-        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    arrived = _wait_for_row(sync_ptr + 1 + row, arrived, n_splits)
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
     in_row = tl.arange(0, SPLITS_POW2) < n_splits
     pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
@@ -691,8 +683,7 @@ def _bwd_split_lean_kernel(y_ptr, dy_ptr, dx_ptr, part_dot_ptr, sync_ptr, n_cols
     dy = tl.load(dy_ptrs, mask=mask, other=0.0, eviction_policy="evict_last" if RELOAD else "")
     tl.store(part_dot_ptr + ticket, tl.sum(y.to(tl.float32) * dy.to(tl.float32), axis=0))
     arrived = tl.atomic_add(sync_ptr + 1 + row, 1, sem="acq_rel") + 1
-    while arrived < n_splits:
-        arrived = tl.atomic_add(sync_ptr + 1 + row, 0, sem="acquire")
+    arrived = _wait_for_row(sync_ptr + 1 + row, arrived, n_splits)
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
     in_row = tl.arange(0, SPLITS_POW2) < n_splits
     dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)

@@ -4,10 +4,10 @@ expose, to choose the settings tables in kernels/softmax.py.
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7]
+    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8]
 
 Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
-the samples); rounds 4-6 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
+the samples); rounds 4-8 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
 while each round is queued so host time never shows, candidates interleaved), the clock of the run records.
 """
 
@@ -334,7 +334,7 @@ def held_times(candidates, rounds: int = 30, warmup: int = 3) -> dict[str, float
     return {name: sorted(v)[len(v) // 2] for name, v in samples.items()}
 
 
-def measure_held(candidates, ref, nbytes: int, ceiling: float, key: dict) -> list[dict]:
+def measure_held(candidates, ref, nbytes: int, ceiling: float, key: dict, rounds: int = 30) -> list[dict]:
     """Check each candidate's first 64 rows against `ref`, then time all that passed together."""
     rows, ok = [], []
     for name, fn in candidates:
@@ -346,7 +346,7 @@ def measure_held(candidates, ref, nbytes: int, ceiling: float, key: dict) -> lis
             row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
             torch.cuda.empty_cache()
         rows.append(row)
-    times = held_times(ok) if ok else {}
+    times = held_times(ok, rounds) if ok else {}
     for row in rows:
         if row["variant"] in times:
             ms = times[row["variant"]]
@@ -773,6 +773,122 @@ def run_round7(peers: bool = True) -> dict:
     return out
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Round 8: the single-block kernels written over one row (1-D blocks, no row mask, Liger's form) against the
+# lab's 2-D [ROWS_PER_PROGRAM, BLOCK_N] form at one row a program, with the lab's kernel timed twice as the
+# noise floor, over more rounds than before.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _row_offset(row, stride, INT32: tl.constexpr):
+    if INT32:
+        return row * stride
+    return row.to(tl.int64) * stride
+
+
+@triton.jit
+def _fwd_row_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
+                    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, INT32: tl.constexpr, DIVIDE: tl.constexpr):
+    row = tl.program_id(0)
+    x_row = x_ptr + _row_offset(row, x_row_stride, INT32)
+    y_row = y_ptr + _row_offset(row, y_row_stride, INT32)
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        x_tail = tl.load(x_row + tail_cols, mask=tail_cols < n_cols, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_tail, axis=0))
+    e = tl.exp(x - m)
+    d = tl.sum(e, axis=0)
+    if TAIL_N > 0:
+        e_tail = tl.exp(x_tail - m)
+        d += tl.sum(e_tail, axis=0)
+    if DIVIDE:
+        y = e / d
+    else:
+        y = e * (1.0 / d)
+    tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+    if TAIL_N > 0:
+        if DIVIDE:
+            y_tail = e_tail / d
+        else:
+            y_tail = e_tail * (1.0 / d)
+        tl.store(y_row + tail_cols, y_tail.to(y_ptr.dtype.element_ty), mask=tail_cols < n_cols)
+
+
+@triton.jit
+def _bwd_row_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+                    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, INT32: tl.constexpr):
+    row = tl.program_id(0)
+    y_row = y_ptr + _row_offset(row, y_row_stride, INT32)
+    dy_row = dy_ptr + _row_offset(row, dy_row_stride, INT32)
+    dx_row = dx_ptr + _row_offset(row, dx_row_stride, INT32)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    y = tl.load(y_row + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(y * dy, axis=0)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        y_tail = tl.load(y_row + tail_cols, mask=tail_cols < n_cols, other=0.0).to(tl.float32)
+        dy_tail = tl.load(dy_row + tail_cols, mask=tail_cols < n_cols, other=0.0).to(tl.float32)
+        dot += tl.sum(y_tail * dy_tail, axis=0)
+    tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+    if TAIL_N > 0:
+        tl.store(dx_row + tail_cols, (y_tail * (dy_tail - dot)).to(dx_ptr.dtype.element_ty), mask=tail_cols < n_cols)
+
+
+ROW_FORMS = (("row1d", False, False), ("row1d-i32", True, False), ("row1d-i32-div", True, True))
+
+
+def _row_forward(x, plan: SoftmaxPlan, int32, divide):
+    y = torch.empty_like(x)
+    _fwd_row_kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK_N=plan.block_n,
+                                   TAIL_N=plan.tail_n, INT32=int32, DIVIDE=divide, num_warps=plan.num_warps)
+    return y
+
+
+def _row_backward(y, dy, plan: SoftmaxPlan, int32):
+    dx = torch.empty_like(y)
+    _bwd_row_kernel[(y.shape[0],)](y, dy, dx, y.shape[1], y.stride(0), dy.stride(0), dx.stride(0),
+                                   BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, INT32=int32, num_warps=plan.num_warps)
+    return dx
+
+
+ROUND8_ROUNDS = 100
+ROUND8_N = (2304, 3456, 4096, 4224, 5376, 8192, 9216, 10240, 12672)
+
+
+def _held_long(candidates, ref, nbytes, ceiling, key):
+    return measure_held(candidates, ref, nbytes, ceiling, key, rounds=ROUND8_ROUNDS)
+
+
+def run_round8(peers: bool = True) -> dict:
+    torch.manual_seed(0)
+    out = probe_header(forward=[], backward=[])
+    liger = importlib.util.find_spec("liger_kernel") is not None
+    for n in ROUND8_N:
+        auto = plan_softmax(4096, n, torch.float32, "auto", True)
+
+        def lab_forward(x, auto=auto):
+            calls = [("lab:auto", lambda: softmax_fwd(x, auto)), ("lab:auto-again", lambda: softmax_fwd(x, auto))]
+            return calls + [(f"lab:{name}", (lambda i=i, d=d: _row_forward(x, auto, i, d))) for name, i, d in ROW_FORMS]
+
+        measure_forward(out, 4096, n, torch.float32, lab_forward, peers, _held_long)
+    for n in ROUND8_N:
+        auto = plan_softmax(4096, n, torch.float32, "auto", True, "backward")
+
+        def lab_backward(y, dy, auto=auto):
+            calls = [("lab:auto", lambda: softmax_bwd(y, dy, auto)), ("lab:auto-again", lambda: softmax_bwd(y, dy, auto))]
+            calls += [(f"lab:{name}", (lambda i=i: _row_backward(y, dy, auto, i))) for name, i, d in ROW_FORMS if not d]
+            return calls + ([("liger", lambda: _liger_backward(y, dy))] if peers and liger else [])
+
+        measure_backward(out, 4096, n, torch.float32, lab_backward, peers, _held_long)
+    return out
+
+
 def summarize(result: dict) -> None:
     for direction in ("forward", "backward"):
         print(f"\n== {direction}: best lab variant vs best peer (% of copy ceiling)")
@@ -795,13 +911,14 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="every third shape only")
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
-    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7, 8), default=1,
                         help="1: schedules and settings; 3: the chosen settings against the previous ones and "
                              "the store hint (round 2 timed a split-row back-off that was dropped with its code); "
                              "4: L2-reuse candidates for long rows and the settings behind a peer, on the lab's clock; "
                              "5: tails, the shortest rows' warps and bf16 split-row slices, on the same clock; "
                              "6: cache modifiers, the sweeps' shortest rows, the backward at M*N = 2^28; "
-                             "7: split-row programs that hold less across the wait, round 6's backward settings again")
+                             "7: split-row programs that hold less across the wait, round 6's backward settings again; "
+                             "8: one-row 1-D single-block kernels against the lab's 2-D form, 100 rounds")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
@@ -817,6 +934,8 @@ def main() -> int:
         result = run_round6(not args.no_peers)
     elif args.round == 7:
         result = run_round7(not args.no_peers)
+    elif args.round == 8:
+        result = run_round8(not args.no_peers)
     else:
         result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start

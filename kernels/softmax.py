@@ -44,24 +44,35 @@ IMPLS = ("auto", "single_block", "online")
 
 
 @triton.jit
+def _row_block_mask(rows, n_rows, cols, n_cols, EVEN_ROWS: tl.constexpr):
+    # The [rows, cols] lanes that hold elements. With EVEN_ROWS the row bound is known to hold and is left
+    # out: a [1, cols] mask, broadcast by the loads and stores, saves a predicate per vector access (the
+    # one-row forward at N = 4224 and 4352 measured 1-2 points faster without it, H100, probe round 8).
+    mask = cols[None, :] < n_cols
+    if not EVEN_ROWS:
+        mask = (rows < n_rows)[:, None] & mask
+    return mask
+
+
+@triton.jit
 def _softmax_fwd_single_block_kernel(
     x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
-    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, EVEN_ROWS: tl.constexpr,
 ):
     # One program owns ROWS_PER_PROGRAM whole rows: x is read once, y written once (2*M*N*size bytes).
     # A row is held as a head of BLOCK_N lanes and, when TAIL_N > 0, a tail of TAIL_N lanes after it (both
-    # powers of two), so a 4224-element row takes 4096 + 128 lanes rather than 8192.
+    # powers of two), so a 4224-element row takes 4096 + 128 lanes rather than 8192. EVEN_ROWS: every
+    # program's rows exist (n_rows is a multiple of ROWS_PER_PROGRAM), so the masks bound the columns only.
     rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
-    row_in = rows < n_rows
     rows64 = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    mask = row_in[:, None] & (cols[None, :] < n_cols)
+    mask = _row_block_mask(rows, n_rows, cols, n_cols, EVEN_ROWS)
     x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=-float("inf"))
     x = x.to(tl.float32)
     m = tl.max(x, axis=1)
     if TAIL_N > 0:
         tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
-        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        tail_mask = _row_block_mask(rows, n_rows, tail_cols, n_cols, EVEN_ROWS)
         x_tail = tl.load(x_ptr + rows64[:, None] * x_row_stride + tail_cols[None, :], mask=tail_mask,
                          other=-float("inf")).to(tl.float32)
         m = tl.maximum(m, tl.max(x_tail, axis=1))
@@ -111,20 +122,20 @@ def _softmax_fwd_online_kernel(
 @triton.jit
 def _softmax_bwd_single_block_kernel(
     y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
-    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr, EVEN_ROWS: tl.constexpr,
 ):
-    # Reads y and dy once, writes dx once: 3*M*N*size bytes. Head and tail lanes as in the forward kernel.
+    # Reads y and dy once, writes dx once: 3*M*N*size bytes. Head and tail lanes, and EVEN_ROWS, as in the
+    # forward kernel.
     rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
-    row_in = rows < n_rows
     rows64 = rows.to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
-    mask = row_in[:, None] & (cols[None, :] < n_cols)
+    mask = _row_block_mask(rows, n_rows, cols, n_cols, EVEN_ROWS)
     y = tl.load(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     dot = tl.sum(y * dy, axis=1)
     if TAIL_N > 0:
         tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
-        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        tail_mask = _row_block_mask(rows, n_rows, tail_cols, n_cols, EVEN_ROWS)
         y_tail = tl.load(y_ptr + rows64[:, None] * y_row_stride + tail_cols[None, :], mask=tail_mask,
                          other=0.0).to(tl.float32)
         dy_tail = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + tail_cols[None, :], mask=tail_mask,
@@ -421,7 +432,7 @@ def softmax_fwd(x: torch.Tensor, plan: SoftmaxPlan, out: torch.Tensor | None = N
         _softmax_fwd_single_block_kernel[(plan.grid,)](
             x, y, n_rows, n_cols, x.stride(0), y.stride(0),
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program,
-            num_warps=plan.num_warps,
+            EVEN_ROWS=n_rows % plan.rows_per_program == 0, num_warps=plan.num_warps,
         )
     elif plan.impl == "split_row":
         part_m, part_d = torch.empty((2, n_rows * plan.splits), dtype=torch.float32, device=x.device)
@@ -444,7 +455,7 @@ def softmax_bwd(
         _softmax_bwd_single_block_kernel[(plan.grid,)](
             y, dy, dx, n_rows, n_cols, y.stride(0), dy.stride(0), dx.stride(0),
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program,
-            num_warps=plan.num_warps,
+            EVEN_ROWS=n_rows % plan.rows_per_program == 0, num_warps=plan.num_warps,
         )
     elif plan.impl == "split_row":
         part_dot = torch.empty(n_rows * plan.splits, dtype=torch.float32, device=y.device)

@@ -192,6 +192,25 @@ def test_launch_writes_nothing_outside_its_rows(device, gen):
         _assert_close_to_float64(out, x)
 
 
+@pytest.mark.parametrize("m", [8, 10])  # 8: every program's four rows exist; 10: the last program has two
+def test_packed_rows_write_no_row_past_the_matrix(m, device, gen):
+    # Rows past n_rows are masked only when n_rows is not a multiple of the rows a program holds.
+    n = 200
+    x = _draw((m, n), torch.float32, device, gen)
+    dy = _draw((m, n), torch.float32, device, gen)
+    for direction in ("forward", "backward"):
+        plan = plan_softmax(m, n, x.dtype, "single_block", direction=direction)
+        assert plan.rows_per_program == 4
+        buf = torch.full((m + 4, n), float("nan"), device=device)
+        if direction == "forward":
+            _assert_close_to_float64(softmax_fwd(x, plan, out=buf[:m]), x)
+        else:
+            y = softmax_fwd(x, plan_softmax(m, n, x.dtype, "single_block"))
+            dx = softmax_bwd(y, dy, plan, out=buf[:m])
+            assert rel_err(dx, reference.softmax_backward(y.double(), dy.double())) <= BOUNDS[torch.float32][2]
+        assert torch.isnan(buf[m:]).all()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Properties
 # ---------------------------------------------------------------------------------------------------------

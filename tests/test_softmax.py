@@ -194,7 +194,8 @@ def test_launch_writes_nothing_outside_its_rows(device, gen):
 
 @pytest.mark.parametrize("m", [8, 10])  # 8: every program's four rows exist; 10: the last program has two
 def test_packed_rows_write_no_row_past_the_matrix(m, device, gen):
-    # Rows past n_rows are masked only when n_rows is not a multiple of the rows a program holds.
+    # A program holding 4 rows of a matrix of m rows: the last program of a ragged m (10) must write no row
+    # past the matrix, and an even m (8) must come out whole.
     n = 200
     x = _draw((m, n), torch.float32, device, gen)
     dy = _draw((m, n), torch.float32, device, gen)

@@ -4,10 +4,10 @@ expose, to choose the settings tables in kernels/softmax.py.
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8]
+    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9]
 
 Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
-the samples); rounds 4-8 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
+the samples); rounds 4-9 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
 while each round is queued so host time never shows, candidates interleaved), the clock of the run records.
 """
 
@@ -30,7 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
 from experiments._softmax import _liger_backward  # noqa: E402
-from kernels.softmax import SoftmaxPlan, _wait_for_row, plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
+from kernels.softmax import (  # noqa: E402
+    SoftmaxPlan, _softmax_fwd_single_block_kernel, _wait_for_row, plan_softmax, softmax_bwd, softmax_fwd,
+)  # noqa: E402
 from lab.timing import CudaEventClock  # noqa: E402
 from probe_common import probe_header  # noqa: E402
 
@@ -889,6 +891,38 @@ def run_round8(peers: bool = True, tails: bool = False) -> dict:
     return out
 
 
+ROUND9_N = (1024, 1536, 2048, 3072, 4096, 4224, 8192, 12672, 16384)
+ROUND9_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _forward_2d(x, plan: SoftmaxPlan):
+    """The [ROWS_PER_PROGRAM, BLOCK_N] single-block forward kernel at a one-row plan, as before round 9."""
+    y = torch.empty_like(x)
+    _softmax_fwd_single_block_kernel[(plan.grid,)](
+        x, y, x.shape[0], x.shape[1], x.stride(0), y.stride(0), BLOCK_N=plan.block_n, TAIL_N=plan.tail_n,
+        ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=plan.num_warps)
+    return y
+
+
+def run_round9(peers: bool = True) -> dict:
+    """The kernel's one-row forward (lab:auto) against the 2-D form it replaced, fp32 and bf16, from 1,024
+    columns up, with the lab's kernel timed twice as the noise floor."""
+    torch.manual_seed(0)
+    out = probe_header(forward=[], backward=[])
+    for dtype in ROUND9_DTYPES:
+        for n in ROUND9_N:
+            auto = plan_softmax(4096, n, dtype, "auto", True)
+            if auto.impl != "single_block" or auto.rows_per_program != 1:
+                continue
+
+            def lab_forward(x, auto=auto):
+                return [("lab:auto", lambda: softmax_fwd(x, auto)), ("lab:auto-again", lambda: softmax_fwd(x, auto)),
+                        ("lab:2d", lambda: _forward_2d(x, auto))]
+
+            measure_forward(out, 4096, n, dtype, lab_forward, peers, _held_long)
+    return out
+
+
 def summarize(result: dict) -> None:
     for direction in ("forward", "backward"):
         print(f"\n== {direction}: best lab variant vs best peer (% of copy ceiling)")
@@ -912,14 +946,15 @@ def main() -> int:
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     parser.add_argument("--tails", action="store_true", help="round 8 at the head + tail shapes")
     parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
-    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7, 8), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7, 8, 9), default=1,
                         help="1: schedules and settings; 3: the chosen settings against the previous ones and "
                              "the store hint (round 2 timed a split-row back-off that was dropped with its code); "
                              "4: L2-reuse candidates for long rows and the settings behind a peer, on the lab's clock; "
                              "5: tails, the shortest rows' warps and bf16 split-row slices, on the same clock; "
                              "6: cache modifiers, the sweeps' shortest rows, the backward at M*N = 2^28; "
                              "7: split-row programs that hold less across the wait, round 6's backward settings again; "
-                             "8: one-row 1-D single-block kernels against the lab's 2-D form, 100 rounds")
+                             "8: one-row 1-D single-block kernels against the lab's 2-D form, 100 rounds; "
+                             "9: the kernel's one-row forward against the 2-D form, fp32 and bf16")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
@@ -937,6 +972,8 @@ def main() -> int:
         result = run_round7(not args.no_peers)
     elif args.round == 8:
         result = run_round8(not args.no_peers, args.tails)
+    elif args.round == 9:
+        result = run_round9(not args.no_peers)
     else:
         result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start

@@ -4,10 +4,10 @@ expose, to choose the settings tables in kernels/softmax.py.
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9]
+    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9|10]
 
 Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
-the samples); rounds 4-9 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
+the samples); rounds 4-10 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
 while each round is queued so host time never shows, candidates interleaved), the clock of the run records.
 """
 
@@ -319,6 +319,10 @@ L2_SETTINGS = ((1, 8192, 8, True, True), (2, 4096, 4, True, True), (2, 8192, 8, 
                (4, 4096, 4, True, True), (2, 8192, 8, False, False), (2, 8192, 8, True, False))
 
 
+HELD_TIMING = ("the lab's clock (lab.timing.CudaEventClock): L2 flushed before every call, device held while a "
+               "round is queued, candidates interleaved and rotated; median of the rounds")
+
+
 def held_times(candidates, rounds: int = 30, warmup: int = 3) -> dict[str, float]:
     """Median ms of each candidate under the lab's clock: flushed L2, device held while a round is queued,
     candidates interleaved and rotated by one each round."""
@@ -391,7 +395,7 @@ def _backward_calls(plans, l2_settings=()):
 
 def run_round4(peers: bool = True) -> dict:
     torch.manual_seed(0)
-    out = probe_header(forward=[], backward=[])
+    out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
 
     def forward(m, n, dtype, lab_forward):
         measure_forward(out, m, n, dtype, lab_forward, peers, measure_held)
@@ -430,7 +434,7 @@ def run_round5(peers: bool = True) -> dict:
     """Round 4's findings checked further on the same clock: tails at 4096- and 8192-lane heads, warps for
     the shortest rows, and bf16 split-row slices."""
     torch.manual_seed(0)
-    out = probe_header(forward=[], backward=[])
+    out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
     for dtype, m, n, plans in _round5_cases():
         measure_forward(out, m, n, dtype, _forward_calls(plans), peers, measure_held)
     return out
@@ -579,7 +583,7 @@ def _short_row_plans(m, n, direction):
 
 def run_round6(peers: bool = True) -> dict:
     torch.manual_seed(0)
-    out = probe_header(forward=[], backward=[])
+    out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
     liger = importlib.util.find_spec("liger_kernel") is not None
     # Cache modifiers at the sweep shapes (M = 4096, fp32) where Liger was a few tenths ahead.
     for n in (3456, 4096, 5376, 8192, 9216, 10240, 12672):
@@ -740,7 +744,7 @@ def _lean_name(setting) -> str:
 
 def run_round7(peers: bool = True) -> dict:
     torch.manual_seed(0)
-    out = probe_header(forward=[], backward=[])
+    out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
     for dtype in (torch.bfloat16, torch.float32):
         for n in (32768, 65536, 131072, 262144):
             m = TOTAL // n
@@ -868,7 +872,7 @@ def _held_long(candidates, ref, nbytes, ceiling, key):
 
 def run_round8(peers: bool = True, tails: bool = False) -> dict:
     torch.manual_seed(0)
-    out = probe_header(forward=[], backward=[])
+    out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
     liger = importlib.util.find_spec("liger_kernel") is not None
     shapes = ROUND8_TAIL_N if tails else ROUND8_N
     for n in shapes:
@@ -908,7 +912,7 @@ def run_round9(peers: bool = True) -> dict:
     """The kernel's one-row forward (lab:auto) against the 2-D form it replaced, fp32 and bf16, from 1,024
     columns up, with the lab's kernel timed twice as the noise floor."""
     torch.manual_seed(0)
-    out = probe_header(forward=[], backward=[])
+    out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
     for dtype in ROUND9_DTYPES:
         for n in ROUND9_N:
             auto = plan_softmax(4096, n, dtype, "auto", True)
@@ -920,6 +924,36 @@ def run_round9(peers: bool = True) -> dict:
                         ("lab:2d", lambda: _forward_2d(x, auto))]
 
             measure_forward(out, 4096, n, dtype, lab_forward, peers, _held_long)
+    return out
+
+
+ROUND10_BWD_N = (16384, 32768, 65536)
+
+
+def _split_row_plan(m: int, n: int, block_n: int, warps: int) -> SoftmaxPlan:
+    splits = triton.cdiv(n, block_n)
+    return SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
+
+
+def run_round10(peers: bool = True) -> dict:
+    """Where the H100 records at the one-row forward still had a peer ahead by more than noise: bf16
+    backward at M*N = 2^28 (torch.compile 2.4% ahead at N = 32,768), single-block warps against split-row
+    slices; and the fp32 forward at 4096 x 384 (torch.compile 2.6% ahead), rows a program against warps."""
+    torch.manual_seed(0)
+    out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
+    for n in ROUND10_BWD_N:
+        m = TOTAL // n
+        auto = plan_softmax(m, n, torch.bfloat16, "auto", True, "backward")
+        plans = [("auto", auto), ("auto-again", auto)]
+        if auto.impl == "single_block":
+            plans += [(f"w{w}", SoftmaxPlan("single_block", auto.block_n, 1, w, m)) for w in (8, 32) if w != auto.num_warps]
+        plans += [(f"split_row/b{b}w{w}", _split_row_plan(m, n, b, w))
+                  for b, w in ((4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16))
+                  if b < n and (auto.impl != "split_row" or (b, w) != (auto.block_n, auto.num_warps))]
+        measure_backward(out, m, n, torch.bfloat16, _backward_calls(plans), peers, _held_long)
+    plans = [("auto-again", plan_softmax(4096, 384, torch.float32, "auto", True))]
+    plans += list(_single_block_plans(4096, 384, torch.float32, "forward", (1, 2, 4), (1, 4)))
+    measure_forward(out, 4096, 384, torch.float32, _forward_calls(plans), peers, _held_long)
     return out
 
 
@@ -946,7 +980,7 @@ def main() -> int:
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     parser.add_argument("--tails", action="store_true", help="round 8 at the head + tail shapes")
     parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
-    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7, 8, 9), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7, 8, 9, 10), default=1,
                         help="1: schedules and settings; 3: the chosen settings against the previous ones and "
                              "the store hint (round 2 timed a split-row back-off that was dropped with its code); "
                              "4: L2-reuse candidates for long rows and the settings behind a peer, on the lab's clock; "
@@ -954,7 +988,8 @@ def main() -> int:
                              "6: cache modifiers, the sweeps' shortest rows, the backward at M*N = 2^28; "
                              "7: split-row programs that hold less across the wait, round 6's backward settings again; "
                              "8: one-row 1-D single-block kernels against the lab's 2-D form, 100 rounds; "
-                             "9: the kernel's one-row forward against the 2-D form, fp32 and bf16")
+                             "9: the kernel's one-row forward against the 2-D form, fp32 and bf16; "
+                             "10: bf16 backward slices at M*N = 2^28 and the forward at 4096 x 384")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
@@ -974,6 +1009,8 @@ def main() -> int:
         result = run_round8(not args.no_peers, args.tails)
     elif args.round == 9:
         result = run_round9(not args.no_peers)
+    elif args.round == 10:
+        result = run_round10(not args.no_peers)
     else:
         result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start

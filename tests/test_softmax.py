@@ -212,6 +212,29 @@ def test_packed_rows_write_no_row_past_the_matrix(m, device, gen):
         assert torch.isnan(buf[m:]).all()
 
 
+def test_row_offsets_are_32_bit_only_while_every_element_fits():
+    # The one-row forward multiplies the row index by the row stride in 32 bits unless some element lies 2^31
+    # or more elements past its tensor's start; the stride, not the row length, decides.
+    fits = softmax_module._row_offsets_fit_int32
+    meta = {"device": "meta", "dtype": torch.float32}
+    assert fits(torch.empty((2, 2**30), **meta))  # last element at 2^31 - 1
+    assert not fits(torch.empty((2, 2**30 + 1), **meta))
+    assert not fits(torch.empty((3, 2**30), **meta))
+    assert not fits(torch.empty_strided((2, 16), (2**31, 1), **meta))
+    assert not fits(torch.empty((4, 8), **meta), torch.empty_strided((4, 8), (2**30, 1), **meta))
+
+
+def test_row_kernel_gives_the_same_rows_with_64_bit_offsets(device, gen, monkeypatch):
+    x = _draw((6, 700), torch.float32, device, gen)
+    plan = plan_softmax(6, 700, x.dtype, "single_block")
+    assert plan.rows_per_program == 1
+    y32 = softmax_fwd(x, plan)
+    monkeypatch.setattr(softmax_module, "_row_offsets_fit_int32", lambda *matrices: False)
+    y64 = softmax_fwd(x, plan)
+    _assert_close_to_float64(y64, x)
+    assert torch.equal(y32, y64)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Properties
 # ---------------------------------------------------------------------------------------------------------

@@ -4,10 +4,10 @@ expose, to choose the settings tables in kernels/softmax.py.
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9|10]
+    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9|10|11]
 
 Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
-the samples); rounds 4-10 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
+the samples); rounds 4-11 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
 while each round is queued so host time never shows, candidates interleaved), the clock of the run records.
 """
 
@@ -897,6 +897,8 @@ def run_round8(peers: bool = True, tails: bool = False) -> dict:
 
 ROUND9_N = (1024, 1536, 2048, 3072, 4096, 4224, 8192, 12672, 16384)
 ROUND9_DTYPES = (torch.float32, torch.bfloat16)
+# Round 11: round 9's shapes and the forward sweep's points where Liger led the H100 records at b0f1dbb.
+ROUND11_N = (1024, 2304, 4096, 4224, 4992, 5888, 6400, 7424, 8192, 8320, 9216, 10368, 11904)
 
 
 def _forward_2d(x, plan: SoftmaxPlan):
@@ -908,20 +910,22 @@ def _forward_2d(x, plan: SoftmaxPlan):
     return y
 
 
-def run_round9(peers: bool = True) -> dict:
+def run_round9(peers: bool = True, shapes=ROUND9_N, with_64_bit: bool = False) -> dict:
     """The kernel's one-row forward (lab:auto) against the 2-D form it replaced, fp32 and bf16, from 1,024
-    columns up, with the lab's kernel timed twice as the noise floor."""
+    columns up, with the lab's kernel timed twice as the noise floor. with_64_bit (round 11): the one-row
+    form with 64-bit row offsets (lab:row1d-i64) joins them."""
     torch.manual_seed(0)
     out = probe_header(timing=HELD_TIMING, forward=[], backward=[])
     for dtype in ROUND9_DTYPES:
-        for n in ROUND9_N:
+        for n in shapes:
             auto = plan_softmax(4096, n, dtype, "auto", True)
             if auto.impl != "single_block" or auto.rows_per_program != 1:
                 continue
 
             def lab_forward(x, auto=auto):
-                return [("lab:auto", lambda: softmax_fwd(x, auto)), ("lab:auto-again", lambda: softmax_fwd(x, auto)),
-                        ("lab:2d", lambda: _forward_2d(x, auto))]
+                calls = [("lab:auto", lambda: softmax_fwd(x, auto)), ("lab:auto-again", lambda: softmax_fwd(x, auto)),
+                         ("lab:2d", lambda: _forward_2d(x, auto))]
+                return calls + ([("lab:row1d-i64", lambda: _row_forward(x, auto, False, False))] if with_64_bit else [])
 
             measure_forward(out, 4096, n, dtype, lab_forward, peers, _held_long)
     return out
@@ -980,7 +984,7 @@ def main() -> int:
     parser.add_argument("--min-n", type=int, default=0, help="only rows at least this long")
     parser.add_argument("--tails", action="store_true", help="round 8 at the head + tail shapes")
     parser.add_argument("--no-peers", action="store_true", help="time the lab's variants only")
-    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7, 8, 9, 10), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 3, 4, 5, 6, 7, 8, 9, 10, 11), default=1,
                         help="1: schedules and settings; 3: the chosen settings against the previous ones and "
                              "the store hint (round 2 timed a split-row back-off that was dropped with its code); "
                              "4: L2-reuse candidates for long rows and the settings behind a peer, on the lab's clock; "
@@ -989,7 +993,8 @@ def main() -> int:
                              "7: split-row programs that hold less across the wait, round 6's backward settings again; "
                              "8: one-row 1-D single-block kernels against the lab's 2-D form, 100 rounds; "
                              "9: the kernel's one-row forward against the 2-D form, fp32 and bf16; "
-                             "10: bf16 backward slices at M*N = 2^28 and the forward at 4096 x 384")
+                             "10: bf16 backward slices at M*N = 2^28 and the forward at 4096 x 384; "
+                             "11: round 9 with the one-row form's 64-bit row offsets, at more of the sweep's shapes")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
@@ -1011,6 +1016,8 @@ def main() -> int:
         result = run_round9(not args.no_peers)
     elif args.round == 10:
         result = run_round10(not args.no_peers)
+    elif args.round == 11:
+        result = run_round9(not args.no_peers, ROUND11_N, with_64_bit=True)
     else:
         result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start

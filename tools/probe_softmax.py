@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernels import reference  # noqa: E402
 from experiments._softmax import _liger_backward  # noqa: E402
 from kernels.softmax import (  # noqa: E402
-    SoftmaxPlan, _softmax_fwd_single_block_kernel, _wait_for_row, plan_softmax, softmax_bwd, softmax_fwd,
-)  # noqa: E402
+    SoftmaxPlan, _softmax_fwd_row_kernel, _softmax_fwd_single_block_kernel, _wait_for_row, plan_softmax,
+    softmax_bwd, softmax_fwd,
+)
 from lab.timing import CudaEventClock  # noqa: E402
 from probe_common import probe_header  # noqa: E402
 
@@ -910,6 +911,15 @@ def _forward_2d(x, plan: SoftmaxPlan):
     return y
 
 
+def _forward_64_bit(x, plan: SoftmaxPlan):
+    """The kernel's one-row forward with 64-bit row offsets, the form it takes past 2^31 elements."""
+    y = torch.empty_like(x)
+    _softmax_fwd_row_kernel[(plan.grid,)](
+        x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=True,
+        num_warps=plan.num_warps)
+    return y
+
+
 def run_round9(peers: bool = True, shapes=ROUND9_N, with_64_bit: bool = False) -> dict:
     """The kernel's one-row forward (lab:auto) against the 2-D form it replaced, fp32 and bf16, from 1,024
     columns up, with the lab's kernel timed twice as the noise floor. with_64_bit (round 11): the one-row
@@ -925,7 +935,7 @@ def run_round9(peers: bool = True, shapes=ROUND9_N, with_64_bit: bool = False) -
             def lab_forward(x, auto=auto):
                 calls = [("lab:auto", lambda: softmax_fwd(x, auto)), ("lab:auto-again", lambda: softmax_fwd(x, auto)),
                          ("lab:2d", lambda: _forward_2d(x, auto))]
-                return calls + ([("lab:row1d-i64", lambda: _row_forward(x, auto, False, False))] if with_64_bit else [])
+                return calls + ([("lab:row1d-i64", lambda: _forward_64_bit(x, auto))] if with_64_bit else [])
 
             measure_forward(out, 4096, n, dtype, lab_forward, peers, _held_long)
     return out

@@ -68,6 +68,11 @@ def measure(candidates, ref: torch.Tensor, nbytes: int, ceiling: float, key: dic
     return rows
 
 
+def _split_row_plan(m: int, n: int, block_n: int, warps: int) -> SoftmaxPlan:
+    splits = triton.cdiv(n, block_n)
+    return SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
+
+
 def forward_variants(m: int, n: int, dtype: torch.dtype):
     yield "auto", plan_softmax(m, n, dtype, "auto", True)
     yield "online", plan_softmax(m, n, dtype, "online")
@@ -83,9 +88,9 @@ def forward_variants(m: int, n: int, dtype: torch.dtype):
     if n >= 16384:
         for block_n in (4096, 8192, 16384):
             for warps in (4, 8, 16):
-                splits = triton.cdiv(n, block_n)
-                if 2 <= splits <= 64 and block_n // (32 * warps) >= 8:
-                    yield f"split_row/b{block_n}w{warps}", SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
+                plan = _split_row_plan(m, n, block_n, warps)
+                if 2 <= plan.splits <= 64 and block_n // (32 * warps) >= 8:
+                    yield f"split_row/b{block_n}w{warps}", plan
 
 
 def peers_forward(n: int):
@@ -110,9 +115,9 @@ def backward_variants(m: int, n: int, dtype: torch.dtype):
                 yield f"single_block/w{warps}", SoftmaxPlan("single_block", base.block_n, base.rows_per_program, warps, base.grid)
     if n >= 16384:
         for block_n, warps in ((4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)):
-            splits = triton.cdiv(n, block_n)
-            if 2 <= splits <= 64:
-                yield f"split_row/b{block_n}w{warps}", SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
+            plan = _split_row_plan(m, n, block_n, warps)
+            if 2 <= plan.splits <= 64:
+                yield f"split_row/b{block_n}w{warps}", plan
 
 
 _OLD_WARPS = {"forward": ((2048, 4), (4096, 8), (16384, 16), (131072, 32)),
@@ -410,7 +415,7 @@ def run_round4(peers: bool = True) -> dict:
             m = TOTAL // n
             plans = [("auto", plan_softmax(m, n, dtype, "auto", True))]
             if n >= 65536:
-                plans += [(f"split_row/b16384w{w}", SoftmaxPlan("split_row", 16384, 1, w, m * (n // 16384), n // 16384))
+                plans += [(f"split_row/b16384w{w}", _split_row_plan(m, n, 16384, w))
                           for w in (8, 16)]
             forward(m, n, dtype, _forward_calls(plans, L2_SETTINGS))
             backward(m, n, dtype, _backward_calls([("auto", plan_softmax(m, n, dtype, "auto", True, "backward"))],
@@ -461,7 +466,7 @@ def _round5_cases():
     for n in (65536, 262144):
         m = TOTAL // n
         plans = [("auto", plan_softmax(m, n, torch.bfloat16, "auto", True))]
-        plans += [(f"split_row/b{b}w{w}", SoftmaxPlan("split_row", b, 1, w, m * (n // b), n // b))
+        plans += [(f"split_row/b{b}w{w}", _split_row_plan(m, n, b, w))
                   for b, w in ((4096, 2), (4096, 4), (8192, 2), (8192, 8), (16384, 4)) if n // b <= 64]
         yield torch.bfloat16, m, n, plans
 
@@ -625,14 +630,14 @@ def run_round6(peers: bool = True) -> dict:
                 plans += [(f"w{w}", SoftmaxPlan("single_block", base.block_n, base.rows_per_program, w, base.grid))
                           for w in (base.num_warps // 2, base.num_warps * 2) if w >= 1 and base.block_n // (32 * w) >= 4]
             if n >= 32768:
-                plans += [(f"split_row/b{b}w{w}", SoftmaxPlan("split_row", b, 1, w, m * (n // b), n // b))
+                plans += [(f"split_row/b{b}w{w}", _split_row_plan(m, n, b, w))
                           for b, w in ((4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16)) if 2 <= n // b <= 64]
             measure_backward(out, m, n, dtype, _backward_calls(plans), False, measure_held)
     # bf16 forward split-row on 8 warps, which the H200 measured 4 points behind at 131k.
     for n in (65536, 131072, 262144):
         m = TOTAL // n
         plans = [("auto", plan_softmax(m, n, torch.bfloat16, "auto", True))]
-        plans += [(f"split_row/b8192w{w}", SoftmaxPlan("split_row", 8192, 1, w, m * (n // 8192), n // 8192)) for w in (8,)]
+        plans += [(f"split_row/b8192w{w}", _split_row_plan(m, n, 8192, w)) for w in (8,)]
         measure_forward(out, m, n, torch.bfloat16, _forward_calls(plans), False, measure_held)
     return out
 
@@ -752,13 +757,13 @@ def run_round7(peers: bool = True) -> dict:
             settings = [s for s in LEAN_SETTINGS if 2 <= n // s[0] <= 64]
             plans = [("auto", plan_softmax(m, n, dtype, "auto", True))]
             if n == 32768:
-                plans.append(("split_row/b8192w4", SoftmaxPlan("split_row", 8192, 1, 4, m * 4, 4)))
+                plans.append(("split_row/b8192w4", _split_row_plan(m, n, 8192, 4)))
             measure_forward(out, m, n, dtype, lambda x, plans=plans, settings=settings: (
                 _forward_calls(plans)(x) + [(f"lab:{_lean_name(s)}", (lambda s=s: _lean_forward(x, *s))) for s in settings]),
                 False, measure_held)
             plans = [("auto", plan_softmax(m, n, dtype, "auto", True, "backward"))]
             if n == 32768:
-                plans.append(("split_row/b8192w8", SoftmaxPlan("split_row", 8192, 1, 8, m * 4, 4)))
+                plans.append(("split_row/b8192w8", _split_row_plan(m, n, 8192, 8)))
             measure_backward(out, m, n, dtype, lambda y, dy, plans=plans, settings=settings: (
                 _backward_calls(plans)(y, dy)
                 + [(f"lab:{_lean_name(s)}", (lambda s=s: _lean_backward(y, dy, *s))) for s in settings]),
@@ -942,11 +947,6 @@ def run_round9(peers: bool = True, shapes=ROUND9_N, with_64_bit: bool = False) -
 
 
 ROUND10_BWD_N = (16384, 32768, 65536)
-
-
-def _split_row_plan(m: int, n: int, block_n: int, warps: int) -> SoftmaxPlan:
-    splits = triton.cdiv(n, block_n)
-    return SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits)
 
 
 def run_round10(peers: bool = True) -> dict:

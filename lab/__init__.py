@@ -1,8 +1,17 @@
-"""The lab's machinery: timing, run records, verdicts, plots and the evidence pages built from them.
+"""The lab's machinery, in three rooms by the stages a run record passes through.
 
-Declared experiments (experiments/) go in, immutable run records (records/<slug>/<run-id>.json) and
-generated Markdown pages (docs/) come out. Only lab.timing, lab.environment and lab.profile_driver (the
-program profiled under Nsight Compute) need a GPU to do real work; everything else imports and runs on a CPU.
+* lab.measure — on the GPU: timing (lab.measure.timing), a run of one experiment into one record
+  (lab.measure.runner, with its inputs and checks in lab.measure.inputs), the environment it ran on, and the
+  Nsight Compute facts (lab.measure.profiling, lab.measure.ncu, lab.measure.profile_driver).
+* lab.evidence — the records themselves: their schema (lab.evidence.records), the store that writes and
+  reads them (lab.evidence.store), source hashes, statistics and verdicts.
+* lab.publish — the site: evidence collected and judged (lab.publish.collect), the view models the templates
+  show (lab.publish.views, lab.publish.indexes), plots, number formatting and the rendering into docs/.
+
+Dependencies point one way: measure → evidence ← publish; publishing never imports measuring, so records,
+verdicts, plots and pages import and run on a CPU. Declared experiments (experiments/) go in; immutable run
+records (records/<slug>/<run-id>.json) and generated Markdown pages (docs/) come out. lab.adhoc is the
+console entry for a quick one-case table.
 """
 
 from pathlib import Path

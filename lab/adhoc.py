@@ -4,7 +4,7 @@
     benchmark-softmax --backend triton-auto,liger --direction backward --rows 8192 --cols 4096
 
 The profiles, inputs, accuracy check and timing are exactly those of the sweeps (softmax-fwd-sweep or
-softmax-bwd-sweep), through lab.runner.measure_point: correctness first, then L2-flushed CUDA-event
+softmax-bwd-sweep), through lab.measure.runner.measure_point: correctness first, then L2-flushed CUDA-event
 timing in interleaved rounds, with the copy ceiling measured in the same process. Nothing is recorded:
 the evidence pages come only from tools/build_results.py.
 
@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from experiments.spec import Case
-    from lab.environment import capture_environment
-    from lab.runner import measure_point
-    from lab.timing import CPU_TIMING, GPU_TIMING, make_clock, measure_copy_ceiling
+    from lab.measure.environment import capture_environment
+    from lab.measure.runner import measure_point
+    from lab.measure.timing import CPU_TIMING, GPU_TIMING, make_clock, measure_copy_ceiling
 
     reference = experiment.claim.baselines[0]
     selected = [p for p in experiment.profiles if p.name in wanted or p.name == reference]
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def format_table(point, reference: str, device_name: str, ceiling_gbps: float, args, on_gpu: bool) -> str:
     """The printed report: a heading, then one aligned row per profile."""
-    from lab import formatting as fmt
+    from lab.publish import formatting as fmt
 
     base = point.results.get(reference)
     base_ms = base.p50_ms if base is not None and base.status == "ok" else None

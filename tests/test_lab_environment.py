@@ -2,7 +2,7 @@
 
 import subprocess
 
-from lab.environment import git_state
+from lab.measure.environment import git_state
 
 
 def _repo(tmp_path):

@@ -15,8 +15,8 @@ import lab_synthetic as syn  # noqa: E402
 
 from experiments import all_experiments  # noqa: E402
 from lab import REPO_ROOT  # noqa: E402
-from lab.hashing import MISSING, changed_sources, sha256_file, source_files, source_hashes  # noqa: E402
-from lab.verdict import STALE, SUPPORTED, verdict_for_gpu  # noqa: E402
+from lab.evidence.hashing import MISSING, changed_sources, sha256_file, source_files, source_hashes  # noqa: E402
+from lab.evidence.verdict import STALE, SUPPORTED, verdict_for_gpu  # noqa: E402
 
 WIN = {"subject": syn.timed([1.0] * 30), "base": syn.timed([2.0] * 30)}
 

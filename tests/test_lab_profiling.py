@@ -31,12 +31,16 @@ import lab_synthetic as syn  # noqa: E402
 
 from experiments.spec import Case  # noqa: E402
 from lab import REPO_ROOT  # noqa: E402
-from lab import profiling as prof  # noqa: E402
-from lab.profile_driver import run_plan  # noqa: E402
-from lab.records import ProfileResult, RecordError, RunRecord, load_record, write_record  # noqa: E402
-from lab.render import collect_evidence, render_outputs  # noqa: E402
-from lab.runner import draw_inputs, run_experiment  # noqa: E402
-from lab.timing import TimingParams  # noqa: E402
+from lab.measure import ncu  # noqa: E402
+from lab.measure import profiling as prof  # noqa: E402
+from lab.measure.profile_driver import run_plan  # noqa: E402
+from lab.evidence.records import ProfileResult, RecordError, RunRecord  # noqa: E402
+from lab.evidence.store import load_record, write_record  # noqa: E402
+from lab.publish.collect import collect_evidence  # noqa: E402
+from lab.publish.render import render_outputs  # noqa: E402
+from lab.measure.inputs import draw_inputs  # noqa: E402
+from lab.measure.runner import run_experiment  # noqa: E402
+from lab.measure.timing import TimingParams  # noqa: E402
 
 RAW_PAGE = (FIXTURES / "ncu" / "raw_page.csv").read_text(encoding="utf-8")
 FEW = TimingParams(warmup_rounds=1, min_samples=3, max_samples=3, target_seconds=0.0, copy_bytes=1 << 20,
@@ -103,7 +107,7 @@ def test_the_command_leaves_clocks_and_cache_control_alone_and_profiles_only_the
     command = prof.ncu_command("/opt/ncu", "/venv/bin/python", "plan.json", "manifest.json")
     text = " ".join(command)
     for part in ("--clock-control none", "--profile-from-start off", "--nvtx", "--csv", "--page raw",
-                 f"--metrics {','.join(prof.METRICS)}", "/venv/bin/python -m lab.profile_driver",
+                 f"--metrics {','.join(ncu.METRICS)}", "/venv/bin/python -m lab.measure.profile_driver",
                  "--plan plan.json", "--manifest manifest.json"):
         assert part in text
     assert "--cache-control" not in text, "ncu's default (flush before every replay pass) is kept"
@@ -114,10 +118,10 @@ def test_the_command_leaves_clocks_and_cache_control_alone_and_profiles_only_the
 
 
 def test_the_raw_page_is_read_past_ncus_own_lines_with_its_units():
-    rows, units = prof.read_raw_csv(RAW_PAGE)
+    rows, units = ncu.read_raw_csv(RAW_PAGE)
     assert [r["ID"] for r in rows] == ["0", "1", "2", "3", "4", "5"]
-    assert units[prof.DURATION] == "ns" and units[prof.DRAM_READ] == "byte" and units[prof.DRAM_PCT] == "%"
-    assert units[prof.REGISTERS] == "register/thread" and units["ID"] == ""
+    assert units[ncu.DURATION] == "ns" and units[ncu.DRAM_READ] == "byte" and units[ncu.DRAM_PCT] == "%"
+    assert units[ncu.REGISTERS] == "register/thread" and units["ID"] == ""
 
 
 @pytest.mark.parametrize("text, message", [
@@ -126,39 +130,39 @@ def test_the_raw_page_is_read_past_ncus_own_lines_with_its_units():
     ('"ID","Kernel Name"\n"",""\n"0"\n', "row 3 has 1 cells for 2 columns"),
 ])
 def test_output_without_a_readable_csv_is_named(text, message):
-    with pytest.raises(prof.NcuOutputError, match=message):
-        prof.read_raw_csv(text)
+    with pytest.raises(ncu.NcuOutputError, match=message):
+        ncu.read_raw_csv(text)
 
 
 def test_a_kernels_facts_come_with_their_units():
-    rows, units = prof.read_raw_csv(RAW_PAGE)
-    first = prof.kernel_facts(rows[0], units)
+    rows, units = ncu.read_raw_csv(RAW_PAGE)
+    first = ncu.kernel_facts(rows[0], units)
     assert first["id"] == 0 and first["name"] == "softmax_warp_forward"
     m = {name: reading["value"] for name, reading in first["metrics"].items()}
-    assert m[prof.DURATION] == 11072 and first["metrics"][prof.DURATION]["unit"] == "ns"
-    assert m[prof.DRAM_READ] == 8416000 and m[prof.DRAM_WRITE] == 256
-    assert m[prof.DRAM_PCT] == pytest.approx(15.82) and m[prof.SM_PCT] == pytest.approx(45.41)
-    assert m[prof.REGISTERS] == 48 and m[prof.GRID] == 1024 and m[prof.BLOCK] == 128
-    assert m[prof.LOCAL_LOAD] == 0 and m[prof.LOCAL_STORE] == 0
-    assert m[prof.TENSOR_PCT] == pytest.approx(0.09)
-    assert prof.GMMA_INSTRUCTIONS not in first["metrics"], "a metric ncu did not print is absent, not zero"
-    gemm = prof.kernel_facts(rows[1], units)
+    assert m[ncu.DURATION] == 11072 and first["metrics"][ncu.DURATION]["unit"] == "ns"
+    assert m[ncu.DRAM_READ] == 8416000 and m[ncu.DRAM_WRITE] == 256
+    assert m[ncu.DRAM_PCT] == pytest.approx(15.82) and m[ncu.SM_PCT] == pytest.approx(45.41)
+    assert m[ncu.REGISTERS] == 48 and m[ncu.GRID] == 1024 and m[ncu.BLOCK] == 128
+    assert m[ncu.LOCAL_LOAD] == 0 and m[ncu.LOCAL_STORE] == 0
+    assert m[ncu.TENSOR_PCT] == pytest.approx(0.09)
+    assert ncu.GMMA_INSTRUCTIONS not in first["metrics"], "a metric ncu did not print is absent, not zero"
+    gemm = ncu.kernel_facts(rows[1], units)
     assert gemm["name"] == "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
-    assert gemm["metrics"][prof.TENSOR_PCT]["value"] == pytest.approx(82.75)
-    assert gemm["metrics"][prof.REGISTERS]["value"] == 168
+    assert gemm["metrics"][ncu.TENSOR_PCT]["value"] == pytest.approx(82.75)
+    assert gemm["metrics"][ncu.REGISTERS]["value"] == 168
 
 
 def test_other_units_are_scaled_to_ns_and_bytes():
-    row = {"ID": "7", "Kernel Name": "k", prof.DURATION: "1.5", prof.DRAM_READ: "2,000"}
-    facts = prof.kernel_facts(row, {prof.DURATION: "usecond", prof.DRAM_READ: "Kbyte"})
-    assert facts["metrics"][prof.DURATION] == {"value": 1500.0, "unit": "ns"}
-    assert facts["metrics"][prof.DRAM_READ] == {"value": 2_000_000.0, "unit": "byte"}
+    row = {"ID": "7", "Kernel Name": "k", ncu.DURATION: "1.5", ncu.DRAM_READ: "2,000"}
+    facts = ncu.kernel_facts(row, {ncu.DURATION: "usecond", ncu.DRAM_READ: "Kbyte"})
+    assert facts["metrics"][ncu.DURATION] == {"value": 1500.0, "unit": "ns"}
+    assert facts["metrics"][ncu.DRAM_READ] == {"value": 2_000_000.0, "unit": "byte"}
 
 
 @pytest.mark.parametrize("cell, value", [("1,980,000", 1980000), ("15.82", 15.82), ("", None), ("n/a", None),
                                          ("PolicySpread", None), ("nan", None)])
 def test_cells_become_numbers_or_nothing(cell, value):
-    assert prof.number(cell) == value
+    assert ncu.number(cell) == value
 
 
 @pytest.mark.parametrize("name, short", [
@@ -171,7 +175,7 @@ def test_cells_become_numbers_or_nothing(cell, value):
     ("triton_per_fused__softmax_0", "triton_per_fused__softmax_0"),
 ])
 def test_kernel_names_are_shortened(name, short):
-    assert prof.short_kernel_name(name) == short
+    assert ncu.short_kernel_name(name) == short
 
 
 def _targets(n=3):
@@ -179,9 +183,9 @@ def _targets(n=3):
 
 
 def test_kernels_are_attributed_by_their_nvtx_range_not_their_order():
-    rows, units = prof.read_raw_csv(RAW_PAGE)
+    rows, units = ncu.read_raw_csv(RAW_PAGE)
     shuffled = [rows[4], rows[1], rows[5], rows[0], rows[3], rows[2]]
-    kernels, unattributed = prof.attribute(shuffled, units, _targets())
+    kernels, unattributed = ncu.attribute(shuffled, units, _targets())
     assert {i: [k["id"] for k in found] for i, found in kernels.items()} == {0: [0], 1: [1], 2: [2, 3, 4]}
     assert unattributed == 1, "the launch outside every range is counted and left out"
     assert [k["name"] for k in kernels[2]] == ["unrolled_elementwise_kernel", "softmax_warp_forward",
@@ -189,18 +193,18 @@ def test_kernels_are_attributed_by_their_nvtx_range_not_their_order():
 
 
 def test_a_range_of_no_known_target_is_not_attributed():
-    rows, units = prof.read_raw_csv(RAW_PAGE)
-    kernels, unattributed = prof.attribute(rows, units, _targets(2))
+    rows, units = ncu.read_raw_csv(RAW_PAGE)
+    kernels, unattributed = ncu.attribute(rows, units, _targets(2))
     assert kernels[1] and 2 not in kernels and unattributed == 4
-    assert prof.range_index({"thread Domain:Push/Pop_Range:x": '9  "<default domain>:kernel-lab-point-12:none"'}) == 12
-    assert prof.range_index({"thread Domain:Push/Pop_Range:x": "kernel-lab-point-1 kernel-lab-point-2"}) is None
-    assert prof.range_index({"Kernel Name": "kernel-lab-point-1"}) is None, "only the NVTX columns name ranges"
+    assert ncu.range_index({"thread Domain:Push/Pop_Range:x": '9  "<default domain>:kernel-lab-point-12:none"'}) == 12
+    assert ncu.range_index({"thread Domain:Push/Pop_Range:x": "kernel-lab-point-1 kernel-lab-point-2"}) is None
+    assert ncu.range_index({"Kernel Name": "kernel-lab-point-1"}) is None, "only the NVTX columns name ranges"
 
 
 def test_a_points_totals_sum_its_kernels_and_weight_percentages_by_time():
-    rows, units = prof.read_raw_csv(RAW_PAGE)
-    kernels, _ = prof.attribute(rows, units, _targets())
-    totals = prof.point_totals(kernels[2])
+    rows, units = ncu.read_raw_csv(RAW_PAGE)
+    kernels, _ = ncu.attribute(rows, units, _targets())
+    totals = ncu.point_totals(kernels[2])
     durations = [12960, 11520, 7712]  # ns, from the fixture's three kernels of range 2
     assert totals["kernels"] == 3 and totals["duration_ns"] == sum(durations)
     reads = [8421120, 16803072, 16782336]
@@ -211,7 +215,7 @@ def test_a_points_totals_sum_its_kernels_and_weight_percentages_by_time():
     pct = [13.57, 31.38, 45.52]
     assert totals["dram_pct_of_peak"] == pytest.approx(sum(d * p for d, p in zip(durations, pct)) / sum(durations))
     assert totals["registers_per_thread_max"] == 48 and totals["local_spill_bytes"] == 0
-    assert prof.point_totals([])["duration_ns"] is None
+    assert ncu.point_totals([])["duration_ns"] is None
 
 
 # ---- judging ncu's run --------------------------------------------------------------------------------------
@@ -223,8 +227,8 @@ CLOCK_NOTE = "==WARNING== Note: Running with unmodified GPU clocks. If not contr
 def test_the_version_is_read_from_ncus_version_line():
     said = ("NVIDIA (R) Nsight Compute Command Line Profiler\nCopyright (c) 2018-2025 NVIDIA Corporation\n"
             "Version 2025.3.1.0 (build 36398880) (public-release)\n")
-    assert prof.parse_version(said) == "2025.3.1.0 (build 36398880) (public-release)"
-    assert prof.parse_version("") is None
+    assert ncu.parse_version(said) == "2025.3.1.0 (build 36398880) (public-release)"
+    assert ncu.parse_version("") is None
 
 
 @pytest.mark.parametrize("status, stdout, stderr, expected", [
@@ -237,7 +241,7 @@ def test_the_version_is_read_from_ncus_version_line():
     (9, "==ERROR== The application returned an error code (9).\n", "", "status 9:\n==ERROR== The application"),
 ])
 def test_ncu_failures_are_told_in_its_own_words(status, stdout, stderr, expected):
-    said = prof.ncu_failure(status, stdout, stderr)
+    said = ncu.ncu_failure(status, stdout, stderr)
     if expected is None:
         assert said is None
     else:
@@ -324,7 +328,7 @@ def test_profiled_facts_land_on_their_points_and_the_run_says_how(fake_ncu, monk
     assert block["error"] is None and block["ncu_version"] == "2025.3.1.0 (build 0) (public-release)"
     assert block["command"][0] == fake_ncu and "--clock-control" in block["command"]
     assert block["calls"] == 3 and block["kernels"] == 5 and block["unattributed_kernels"] == 1
-    assert block["metrics"] == list(prof.METRICS) and block["warmup_calls"] == prof.WARMUP_CALLS
+    assert block["metrics"] == list(ncu.METRICS) and block["warmup_calls"] == prof.WARMUP_CALLS
     assert any("unmodified GPU clocks" in m for m in block["messages"])
     facts = [p.results["subject"].profiling for p in profiled.points]
     assert [len(f["kernels"]) for f in facts] == [1, 1, 3]
@@ -457,11 +461,11 @@ def test_the_driver_keeps_going_when_a_points_inputs_fail():
 def _profiled_json():
     experiment = _sweep(cases=3)
     record = _record(experiment)
-    rows, units = prof.read_raw_csv(RAW_PAGE)
+    rows, units = ncu.read_raw_csv(RAW_PAGE)
     targets = prof.select_targets(experiment, record, prof.ProfilingRequest(profiles=("subject",)))
-    kernels, unattributed = prof.attribute(rows, units, targets)
+    kernels, unattributed = ncu.attribute(rows, units, targets)
     block = {"tool": prof.TOOL, "error": None, "ncu_version": "2025.3.1.0", "command": ["ncu"],
-             "metrics": list(prof.METRICS), "calls": 3, "kernels": 5, "unattributed_kernels": unattributed}
+             "metrics": list(ncu.METRICS), "calls": 3, "kernels": 5, "unattributed_kernels": unattributed}
     return json.loads(prof.attach(record, targets, kernels, {}, block).to_json())
 
 
@@ -537,11 +541,11 @@ def _page(tmp_path, block=None, experiments=None):
     run = replace(older, run_id=NEWEST_B, started_utc="2026-03-10T00:00:00Z", finished_utc="2026-03-10T00:01:00Z")
     experiments = experiments or fx.EXPERIMENTS
     if block is None:
-        rows, units = prof.read_raw_csv(RAW_PAGE)
+        rows, units = ncu.read_raw_csv(RAW_PAGE)
         targets = prof.select_targets(experiments["fixture-single"], run, prof.ProfilingRequest())
-        kernels, unattributed = prof.attribute(rows, units, targets)
+        kernels, unattributed = ncu.attribute(rows, units, targets)
         block = {"tool": prof.TOOL, "error": None, "ncu_version": "2025.3.1.0", "calls": len(targets),
-                 "command": ["ncu", "--clock-control", "none", "--metrics", "a|b"], "metrics": list(prof.METRICS),
+                 "command": ["ncu", "--clock-control", "none", "--metrics", "a|b"], "metrics": list(ncu.METRICS),
                  "kernels": sum(map(len, kernels.values())), "unattributed_kernels": unattributed, "warmup_calls": 2,
                  "selection": {"rule": "the claim's subject and baselines", "points": [{}, {}]}}
         run = prof.attach(run, targets, kernels, {}, block)

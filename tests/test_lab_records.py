@@ -14,8 +14,9 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "lab"))
 
 import lab_synthetic as syn  # noqa: E402
 
-from lab import records  # noqa: E402
-from lab.records import RecordError, RunRecord, load_record, load_records, write_record  # noqa: E402
+from lab.evidence import records  # noqa: E402
+from lab.evidence.records import RecordError, RunRecord  # noqa: E402
+from lab.evidence.store import load_record, load_records, write_record  # noqa: E402
 
 
 def _record(run_id="20260101T000000Z-nvidia-test-gpu-a-000001"):

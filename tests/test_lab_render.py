@@ -21,8 +21,10 @@ sys.path.insert(0, str(FIXTURES))
 
 import lab_fixture_experiments as fx  # noqa: E402
 
-from lab.render import GENERATED_HEADER, collect_evidence, render_outputs, write_outputs  # noqa: E402
-from lab.verdict import INCONCLUSIVE, NO_EVIDENCE, REJECTED, STALE, SUPPORTED  # noqa: E402
+from lab.publish.collect import collect_evidence  # noqa: E402
+
+from lab.publish.render import GENERATED_HEADER, render_outputs, write_outputs  # noqa: E402
+from lab.evidence.verdict import INCONCLUSIVE, NO_EVIDENCE, REJECTED, STALE, SUPPORTED  # noqa: E402
 
 RECORDS = FIXTURES / "records"
 GOLDEN = FIXTURES / "golden"

@@ -14,19 +14,15 @@ from experiments import _softmax as sm
 from experiments.spec import Case, Claim, Experiment, Profile
 from kernels.softmax import softmax
 from lab import REPO_ROOT
-from lab.hashing import source_hashes
-from lab.records import CPU_EVIDENCE, GPU_EVIDENCE, load_records
-from lab.render import collect_evidence, render_outputs
-from lab.runner import (
-    allow_a_compile_per_point,
-    check_declaration,
-    input_seed,
-    measure_point,
-    run_experiment,
-    select_rows,
-)
-from lab.timing import CudaEventClock, TimingParams, WallClock
-from lab.verdict import NO_EVIDENCE
+from lab.evidence.hashing import source_hashes
+from lab.evidence.records import CPU_EVIDENCE, GPU_EVIDENCE
+from lab.evidence.store import load_records
+from lab.publish.collect import collect_evidence
+from lab.publish.render import render_outputs
+from lab.measure.inputs import input_seed, select_rows
+from lab.measure.runner import allow_a_compile_per_point, check_declaration, measure_point, run_experiment
+from lab.measure.timing import CudaEventClock, TimingParams, WallClock
+from lab.evidence.verdict import NO_EVIDENCE
 
 FEW = TimingParams(warmup_rounds=1, min_samples=3, max_samples=3, target_seconds=0.0, copy_bytes=1 << 20,
                    copy_repeats=2)

@@ -5,13 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lab.timing import (
+from lab.measure.timing import (
+
     CPU_TIMING,
+
     TimingParams,
+
     WallClock,
+
     measure_copy_ceiling,
+
     rounds_for,
+
     time_interleaved,
+
 )
 
 PARAMS = TimingParams(warmup_rounds=2, min_samples=3, max_samples=6, target_seconds=0.01, copy_bytes=1 << 16,

@@ -13,9 +13,9 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "lab"))
 import lab_synthetic as syn  # noqa: E402
 
 from experiments.spec import Decision  # noqa: E402
-from lab.records import ProfileResult  # noqa: E402
-from lab.stats import bootstrap_speedup, summarize  # noqa: E402
-from lab.verdict import (  # noqa: E402
+from lab.evidence.records import ProfileResult  # noqa: E402
+from lab.evidence.stats import bootstrap_speedup, summarize  # noqa: E402
+from lab.evidence.verdict import (  # noqa: E402
     AGAINST,
     INCONCLUSIVE,
     NO_EVIDENCE,

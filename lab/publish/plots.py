@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from experiments.spec import Experiment  # noqa: E402
-from lab.records import CPU_EVIDENCE, RunRecord  # noqa: E402
+from lab.evidence.records import CPU_EVIDENCE, RunRecord  # noqa: E402
 
 STYLE = {
     "svg.hashsalt": "kernel-lab",

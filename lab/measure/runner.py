@@ -6,13 +6,13 @@ profile is then, in order:
 1. skipped as "unsupported" (its own reason) or "unavailable" (an optional peer that does not import);
 2. checked for correctness against the reference, ‖out − ref‖ / ‖ref‖ <= the experiment's tolerance for the
    dtype (NaN fails): a mismatch is "incorrect", recorded and never timed;
-3. timed with the profiles that passed, in interleaved rounds (lab.timing).
+3. timed with the profiles that passed, in interleaved rounds (lab.measure.timing).
 
 Any exception inside one profile (out of memory, Triton's OutOfResources, a bad launch) becomes that
 profile's status "error" with the exception's text, and the run goes on. The record is written only when
 the run completes: an interrupted run leaves no file behind.
 
-A run asked to profile (lab.profiling) does so after every point is timed, in a separate process under
+A run asked to profile (lab.measure.profiling) does so after every point is timed, in a separate process under
 Nsight Compute, and only then writes the record, once, with the profiler's facts in it: the timings are
 never taken under the profiler, and a record is never rewritten to add them.
 """
@@ -21,24 +21,34 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
-import secrets
-import zlib
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from experiments.spec import Case, Experiment, Profile
 from lab import REPO_ROOT
-from lab.environment import capture_environment, command_line, git_state
-from lab.hashing import source_hashes
-from lab.records import CPU_EVIDENCE, GPU_EVIDENCE, SCHEMA_VERSION, Point, ProfileResult, RunRecord, write_record
-from lab.stats import summarize
-from lab.timing import (
+from lab.evidence.hashing import source_hashes
+from lab.evidence.records import CPU_EVIDENCE, GPU_EVIDENCE, SCHEMA_VERSION, Point, ProfileResult, RunRecord
+from lab.evidence.stats import summarize
+from lab.evidence.store import write_record
+from lab.measure.environment import capture_environment, command_line, git_state
+from lab.measure.inputs import (
+    CHECK_ELEMENT_BUDGET,
+    json_ready,
+    draw_inputs,
+    dtype_name,
+    input_seed,
+    new_run_id,
+    relative_error,
+    RowSelection,
+    select_rows,
+    utc_now,
+    utc_text,
+)
+from lab.measure.profiling import ProfilingRequest, profile_record
+from lab.measure.timing import (
     CPU_TIMING,
     GPU_TIMING,
     CudaEventClock,
@@ -50,105 +60,6 @@ from lab.timing import (
     time_interleaved,
     timing_method,
 )
-
-if TYPE_CHECKING:
-    from lab.profiling import ProfilingRequest
-
-# Outputs with more elements than this are checked on their first and last rows only (when the
-# experiment names its row-wise inputs): 2^22 float64 elements are 32 MiB per tensor in the check.
-CHECK_ELEMENT_BUDGET = 1 << 22
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc).replace(microsecond=0)
-
-
-def utc_text(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def new_run_id(gpu_key: str, started: datetime) -> str:
-    """<UTC yyyymmddThhmmssZ>-<gpu-key>-<6 hex>: sorts by time, names the device, never repeats."""
-    return f"{started.strftime('%Y%m%dT%H%M%SZ')}-{gpu_key}-{secrets.token_hex(3)}"
-
-
-def input_seed(slug: str, case: Case, dtype: torch.dtype) -> int:
-    """The seed of a point's inputs: fixed by experiment, case and dtype, so any run can redraw them."""
-    return zlib.crc32(f"{slug}|{case.name}|{dtype_name(dtype)}".encode())
-
-
-def draw_inputs(experiment: Experiment, case: Case, dtype: torch.dtype, device: str, seed: int):
-    """A point's inputs, drawn from a CPU generator seeded with `seed`: the timed run and the profiler's
-    process both draw them here, so a profiled call sees the very inputs its timed calls saw."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    return experiment.make_inputs(case, dtype, device, gen)
-
-
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, torch.dtype):
-        return dtype_name(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Correctness
-# --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RowSelection:
-    """The rows the accuracy check covers: all (index None) or the first and last `per_end` of `of`."""
-
-    index: torch.Tensor | None
-    per_end: int = 0
-    of: int = 0
-
-    def describe(self) -> dict | None:
-        return None if self.index is None else {"first": self.per_end, "last": self.per_end, "of": self.of}
-
-
-def select_rows(experiment: Experiment, inputs: Mapping[str, torch.Tensor], budget: int) -> RowSelection:
-    """All rows, or for a huge case (more than `budget` elements) its first and last rows within the budget."""
-    if not experiment.row_inputs:
-        return RowSelection(None)
-    first = inputs[experiment.row_inputs[0]]
-    n_rows = first.shape[0]
-    row_numel = max(1, first[0].numel()) if n_rows else 1
-    if n_rows * row_numel <= budget:
-        return RowSelection(None)
-    per_end = max(1, budget // (2 * row_numel))
-    if 2 * per_end >= n_rows:
-        return RowSelection(None)
-    index = torch.cat([torch.arange(per_end), torch.arange(n_rows - per_end, n_rows)]).to(first.device)
-    return RowSelection(index, per_end, n_rows)
-
-
-def relative_error(out: Any, ref: torch.Tensor, rows: RowSelection) -> tuple[float | None, str | None]:
-    """‖out − ref‖ / ‖ref‖ in float64 over the checked rows, or (None, why the output cannot be compared)."""
-    if not isinstance(out, torch.Tensor):
-        return None, f"returned {type(out).__name__}, not a tensor"
-    checked = out if rows.index is None else out.index_select(0, rows.index)
-    if checked.shape != ref.shape:
-        return None, f"output shape {tuple(checked.shape)} differs from the reference's {tuple(ref.shape)}"
-    diff = torch.linalg.vector_norm(checked.double() - ref)
-    scale = torch.linalg.vector_norm(ref)
-    error = float(diff / scale) if float(scale) > 0 else float(diff)
-    if not math.isfinite(error):
-        return None, "output holds NaN or infinity where the reference does not"
-    return error, None
-
 
 # --------------------------------------------------------------------------------------------------------
 # One point: a case at a dtype, every profile
@@ -176,7 +87,7 @@ def _check(profile: Profile, case: Case, dtype: torch.dtype, inputs, ref: torch.
         reason = _unavailable(profile)
         if reason is not None:
             return ProfileResult("unavailable", reason=reason)
-        plan = _json_ready(profile.plan(case, dtype)) if profile.plan is not None else None
+        plan = json_ready(profile.plan(case, dtype)) if profile.plan is not None else None
         error, why = relative_error(profile.run(**inputs), ref, rows)
     except Exception as exc:  # noqa: BLE001 - one profile's failure is its own result
         clock.release()
@@ -347,7 +258,7 @@ def run_experiment(
     """Run every case, dtype and profile of `experiment` on `device`; write and return the record and its path.
 
     With `profiling`, the finished timed run is profiled under Nsight Compute before the record is written
-    (lab.profiling.profile_record, which never raises: a profiler that is missing or fails leaves its
+    (lab.measure.profiling.profile_record, which never raises: a profiler that is missing or fails leaves its
     reason in the record instead of data). `say` receives the profiler's one-line progress reports.
     """
     check_declaration(experiment)
@@ -381,15 +292,13 @@ def run_experiment(
         command=tuple(command),
         git=git,
         hashes=hashes,
-        environment=_json_ready(environment),
+        environment=json_ready(environment),
         evidence=GPU_EVIDENCE if on_gpu else CPU_EVIDENCE,
         copy_ceiling=ceiling,
         timing=timing_method(clock, params),
         points=tuple(points),
     )
     if profiling is not None:
-        from lab.profiling import profile_record  # it imports this module: imported here, not at the top
-
         if on_gpu:
             torch.cuda.empty_cache()  # hand the timed run's cached blocks back: the profiler's process needs room
 

@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from lab.records import CopyCeiling, TimingMethod
+from lab.evidence.records import CopyCeiling, TimingMethod
 
 ORDER = "interleaved rounds, declaration order rotated by one each round"
 

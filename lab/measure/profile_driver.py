@@ -1,11 +1,11 @@
 """The program that Nsight Compute profiles: one profiled call per selected point and profile.
 
-    ncu ... python -m lab.profile_driver --plan plan.json --manifest manifest.json
+    ncu ... python -m lab.measure.profile_driver --plan plan.json --manifest manifest.json
 
-lab.profiling writes the plan (experiment slug, device, and each call: its NVTX range name, case, dtype,
+lab.measure.profiling writes the plan (experiment slug, device, and each call: its NVTX range name, case, dtype,
 profile and the input seed recorded by the timed run) and starts this module under ncu with
 `--profile-from-start off`. For each point the inputs are drawn exactly as the runner drew them
-(lab.runner.draw_inputs, same seed); then, per profile, `warmup_calls` calls run outside any profiled
+(lab.measure.inputs.draw_inputs, same seed); then, per profile, `warmup_calls` calls run outside any profiled
 range (they compile, autotune and fill the allocator's cache, and ncu does not profile them), and one call
 runs between cudaProfilerStart and cudaProfilerStop inside the NVTX range named in the plan, synchronised
 before the range closes. ncu attributes every kernel of that call to the range by name.
@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import torch
 
 from experiments.spec import Experiment
-from lab.records import replace_text
+from lab.evidence.store import replace_text
 
 
 class ProfilerHooks(Protocol):
@@ -72,8 +72,8 @@ def run_plan(experiment: Experiment, plan: Mapping[str, Any], *, device: str, ho
     `report(index, outcome)` receives {"status": "profiled"} or {"error": why} for each call; one call's
     failure (its inputs, its warm-up or its profiled call) is reported and the rest go on.
     """
-    from lab.runner import draw_inputs
-    from lab.timing import describe_exception
+    from lab.measure.inputs import draw_inputs
+    from lab.measure.timing import describe_exception
 
     cases = {c.name: c for c in experiment.cases}
     warmups = int(plan.get("warmup_calls", 2))
@@ -92,7 +92,7 @@ def run_plan(experiment: Experiment, plan: Mapping[str, Any], *, device: str, ho
 
 def _profile_one(experiment: Experiment, call: Mapping[str, Any], inputs, warmups: int,
                  hooks: ProfilerHooks) -> dict:
-    from lab.timing import describe_exception
+    from lab.measure.timing import describe_exception
 
     try:
         run = experiment.profile(call["profile"]).run
@@ -120,16 +120,16 @@ def _write_json(path: Path, data: Mapping) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stdout belongs to ncu's CSV
-    parser = argparse.ArgumentParser(prog="python -m lab.profile_driver",
-                                     description="The program profiled under Nsight Compute (see lab.profiling).")
-    parser.add_argument("--plan", type=Path, required=True, help="the plan written by lab.profiling")
+    parser = argparse.ArgumentParser(prog="python -m lab.measure.profile_driver",
+                                     description="The program profiled under Nsight Compute (see lab.measure.profiling).")
+    parser.add_argument("--plan", type=Path, required=True, help="the plan written by lab.measure.profiling")
     parser.add_argument("--manifest", type=Path, required=True, help="where to write what was profiled")
     args = parser.parse_args(argv)
 
     from experiments import get_experiment
     from lab import REPO_ROOT
-    from lab.hashing import source_hashes
-    from lab.runner import allow_a_compile_per_point, check_device
+    from lab.evidence.hashing import source_hashes
+    from lab.measure.runner import allow_a_compile_per_point, check_device
 
     plan = json.loads(args.plan.read_text(encoding="utf-8"))
     experiment = get_experiment(plan["experiment"])

@@ -1,14 +1,14 @@
-"""Run records: the schema, atomic writing, and loading with validation.
+"""Run records: the schema, and the checks that turn a record's JSON into these dataclasses.
 
 One run of one experiment on one device is one JSON file, records/<slug>/<run-id>.json, written once and
 never changed. The file holds everything a page needs and everything a reader needs to judge it: raw
 samples, the environment, the source hashes that tell whether the evidence is still current.
 
-Loading never trusts a file: a record that does not parse, misses a field, has a field of the wrong type
-or carries an unknown schema version becomes a RecordProblem (file + problem) and is skipped, so one bad
-file cannot hide the others.
+Reading never trusts a file: a record that misses a field, has a field of the wrong type or carries an
+unknown schema version raises a RecordError naming the field; lab.evidence.store turns it into a
+RecordProblem (file + problem) and skips the file, so one bad file cannot hide the others.
 
-Profiler facts (lab.profiling) are optional in schema version 1: a run-level `profiling` block (absent or
+Profiler facts (lab.measure.profiling) are optional in schema version 1: a run-level `profiling` block (absent or
 null when the run was not profiled; records written before it existed simply lack the key) and, per
 profile result, `profiling` (null where that point was not profiled). Both are checked as strictly as the
 rest when present.
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,6 +28,7 @@ KNOWN_SCHEMA_VERSIONS = (1,)
 STATUSES = ("ok", "incorrect", "error", "unsupported", "unavailable")
 GPU_EVIDENCE = "gpu"
 CPU_EVIDENCE = "cpu-interpreter: not performance evidence"
+CPU_GPU_KEY = "cpu-interpreter"  # the GPU key of records made on the CPU through Triton's interpreter
 
 
 class RecordError(ValueError):
@@ -166,7 +165,7 @@ class ProfileResult:
     verdict), "error" (raised: `error` holds the exception), "unsupported" (the profile declines the
     case: `reason`), "unavailable" (an optional peer that does not import: `reason`).
     samples_ms are the raw per-call times; p20/p50/p80 and the throughput figures derive from them.
-    `profiling` holds this point's profiler facts (lab.profiling: Nsight Compute's kernels and their
+    `profiling` holds this point's profiler facts (lab.measure.profiling: Nsight Compute's kernels and their
     totals, or why there are none) and is None where the point was not profiled.
     """
 
@@ -273,7 +272,7 @@ class CopyCeiling:
 class TimingMethod:
     """How the samples were taken, so a reader can judge (and a later run can repeat) them."""
 
-    clock: str  # the clock's name in lab.timing, e.g. "wall-clock" or "cuda-events, device held while ..."
+    clock: str  # the clock's name in lab.measure.timing, e.g. "wall-clock" or "cuda-events, device held while ..."
     l2_flush_bytes: int
     warmup_rounds: int
     min_samples: int
@@ -299,7 +298,7 @@ class TimingMethod:
 class RunRecord:
     """One run of one experiment on one device (the whole file).
 
-    `profiling` is the run-level block of a run made with the profiler (lab.profiling), None otherwise.
+    `profiling` is the run-level block of a run made with the profiler (lab.measure.profiling), None otherwise.
     """
 
     schema_version: int
@@ -378,115 +377,3 @@ class RunRecord:
             profiling=_run_profiling(data.get("profiling"), f"{where}.profiling"),
             path=path,
         )
-
-
-# --------------------------------------------------------------------------------------------------------
-# Writing: temporary file in the same directory, fsync, rename; never over an existing record
-# --------------------------------------------------------------------------------------------------------
-
-
-def record_path(records_dir: Path, slug: str, run_id: str) -> Path:
-    return Path(records_dir) / slug / f"{run_id}.json"
-
-
-def replace_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a hidden sibling file renamed into place: a reader sees the old
-    content or the new, never a partial file. (Run records go through write_record, which also refuses to
-    replace and fsyncs.)"""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-def write_record(record: RunRecord, records_dir: Path) -> Path:
-    """Write `record` to records_dir/<slug>/<run-id>.json atomically and return the path.
-
-    The text goes to a hidden temporary file in the target directory, is fsynced, then renamed into place,
-    so a crash or Ctrl-C at any moment leaves either no file or the complete one, never a partial one.
-    Raises FileExistsError rather than replace an existing record: run ids are never reused.
-    """
-    text = record.to_json()
-    RunRecord.from_dict(json.loads(text))  # refuse to write what could not be read back
-    target = record_path(records_dir, record.experiment, record.run_id)
-    if target.exists():
-        raise FileExistsError(f"run record {target} already exists; records are immutable and run ids unique")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{record.run_id}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as tmp:
-            tmp.write(text)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        if target.exists():
-            raise FileExistsError(f"run record {target} appeared while writing; not replacing it")
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    _fsync_directory(target.parent)
-    return target
-
-
-def _fsync_directory(directory: Path) -> None:
-    # Makes the rename itself durable; some platforms cannot open a directory, which is harmless here.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Loading
-# --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecordProblem:
-    """A record file that could not be used, and why."""
-
-    path: Path
-    problem: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.problem}"
-
-
-def load_record(path: Path) -> RunRecord:
-    """Read and validate one record; raises RecordError naming the problem."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecordError(f"cannot read the file: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"not valid JSON: {exc}") from exc
-    record = RunRecord.from_dict(data, Path(path))
-    if record.run_id != Path(path).stem:
-        raise RecordError(f"run_id {record.run_id!r} does not match the file name {Path(path).name!r}")
-    if record.experiment != Path(path).parent.name:
-        raise RecordError(
-            f"experiment {record.experiment!r} does not match its directory {Path(path).parent.name!r}"
-        )
-    return record
-
-
-def load_records(records_dir: Path) -> tuple[list[RunRecord], list[RecordProblem]]:
-    """Every valid record under records_dir/<slug>/*.json, and a problem for each file that is not valid.
-
-    Records come back sorted by (experiment, started_utc, run_id); a missing records_dir is simply empty.
-    """
-    records: list[RunRecord] = []
-    problems: list[RecordProblem] = []
-    root = Path(records_dir)
-    if not root.is_dir():
-        return records, problems
-    for path in sorted(root.glob("*/*.json")):
-        try:
-            records.append(load_record(path))
-        except RecordError as exc:
-            problems.append(RecordProblem(path, str(exc)))
-    records.sort(key=lambda r: (r.experiment, r.started_utc, r.run_id))
-    return records, problems

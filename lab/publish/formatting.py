@@ -8,6 +8,8 @@ value is an en dash.
 
 from __future__ import annotations
 
+import shlex
+
 DASH = "–"
 
 
@@ -77,3 +79,8 @@ def short_commit(commit: str | None, dirty: bool | None) -> str:
 def table_cell(text: object) -> str:
     """Text safe inside a Markdown table cell: pipes escaped, line breaks flattened."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def describe_command(command: list[str] | tuple[str, ...]) -> str:
+    """A recorded command line as one shell-quoted string."""
+    return shlex.join(command)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from experiments.spec import Decision, Experiment
-from lab.hashing import changed_sources
-from lab.records import CPU_EVIDENCE, Point, RunRecord
-from lab.stats import SpeedupInterval, bootstrap_speedup
+from lab.evidence.hashing import changed_sources
+from lab.evidence.records import CPU_EVIDENCE, Point, RunRecord
+from lab.evidence.stats import SpeedupInterval, bootstrap_speedup
 
 SUPPORTED = "Supported"
 REJECTED = "Rejected"

@@ -11,14 +11,14 @@ import importlib.metadata
 import os
 import platform
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-CPU_GPU_KEY = "cpu-interpreter"
+from lab.evidence.records import CPU_GPU_KEY
+
 # Packages whose versions a reader needs to repeat a run; an absent one is simply left out.
 PACKAGES = ("torch", "triton", "numpy", "liger-kernel")
 _SMI_FIELDS = {
@@ -139,6 +139,3 @@ def command_line(root: Path) -> list[str]:
         pass
     return argv
 
-
-def describe_command(command: list[str] | tuple[str, ...]) -> str:
-    return shlex.join(command)

@@ -1,0 +1,138 @@
+"""Rendering: declared experiments + run records -> Markdown pages, snippets and SVG plots under docs/.
+
+`collect_evidence` loads and judges everything; `render_outputs` turns it into a mapping of docs-relative
+paths to file contents (pure: no files touched, so tests compare it with golden files); `write_outputs`
+writes what changed and removes generated files that are no longer produced. Everything is iterated in
+sorted order and the only dates on a page come from records, so unchanged records re-render byte for byte.
+
+Links: pages under docs/experiments/ and docs/decisions/ link relatively (../records/<slug>/<id>.json is
+published by the site's hook). Snippets under docs/generated/ are included into pages elsewhere, so their
+links are written from the docs root (/experiments/<slug>.md), which MkDocs resolves for the including
+page when `validation.links.absolute_links` is `relative_to_docs`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import jinja2
+
+from lab.evidence.store import replace_text
+from lab.evidence.verdict import DECISION_RULE, badge
+from lab.publish import formatting as fmt
+from lab.publish.collect import Evidence, dtypes_in
+from lab.publish.indexes import decision_context, environment_rows, index_rows, summary_rows
+from lab.publish.plots import plot_filename, render_plot
+from lab.publish.views import (
+    GENERATED_DIRS,
+    GENERATED_HEADER,
+    PLOTS_DIR,
+    REFRESH_COMMAND,
+    verdict_label,
+    experiment_page_context,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------------------
+
+
+def _jinja() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("lab.publish", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["cell"] = fmt.table_cell
+    env.filters["indent4"] = lambda text: str(text).replace("\n", "\n    ")
+    return env
+
+
+def render_outputs(evidence: Evidence) -> dict[str, str]:
+    """Every generated file, as docs-relative path -> content (SVG plots included)."""
+    env = _jinja()
+    gpu_names = evidence.gpu_names
+    out: dict[str, str] = {}
+    gpu_columns, experiment_rows = index_rows(evidence, "")
+    out["experiments/index.md"] = env.get_template("experiments_index.md.j2").render(
+        header=GENERATED_HEADER, gpus=gpu_columns, rows=experiment_rows, any_runs=any(evidence.runs.values()),
+        refresh=REFRESH_COMMAND,
+    )
+    for slug, experiment in evidence.experiments.items():
+        out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(
+            **experiment_page_context(evidence, slug))
+        for key, verdict in evidence.verdicts[slug].items():
+            for dtype in dtypes_in(verdict.run):
+                out[f"{PLOTS_DIR}/{plot_filename(slug, key, dtype)}"] = render_plot(experiment, verdict.run, dtype)
+        out[f"generated/{slug}.md"] = env.get_template("snippet_experiment.md.j2").render(
+            header=GENERATED_HEADER, e=experiment, link=f"/experiments/{slug}.md",
+            badges=[{"gpu": gpu_names[k], "label": verdict_label(experiment, v)}
+                    for k, v in evidence.verdicts[slug].items() if v.run.is_performance_evidence],
+            no_evidence=badge(experiment, None), rows=summary_rows(evidence, slug),
+            refresh=f"{REFRESH_COMMAND} {slug}",
+        )
+    decision_pages = []
+    for decision in evidence.decisions:
+        context = decision_context(evidence, decision, "../experiments/")
+        out[f"decisions/{decision.slug}.md"] = env.get_template("decision.md.j2").render(
+            header=GENERATED_HEADER, refresh=REFRESH_COMMAND, **context)
+        decision_pages.append(context)
+    out["decisions/index.md"] = env.get_template("decisions_index.md.j2").render(
+        header=GENERATED_HEADER, decisions=decision_pages, rule=DECISION_RULE)
+    gpu_columns, verdict_rows = index_rows(evidence, "/experiments/")
+    out["generated/verdicts.md"] = env.get_template("snippet_verdicts.md.j2").render(
+        header=GENERATED_HEADER, gpus=gpu_columns, rows=verdict_rows, refresh=REFRESH_COMMAND)
+    out["generated/environment.md"] = env.get_template("snippet_environment.md.j2").render(
+        header=GENERATED_HEADER, rows=environment_rows(evidence), refresh=REFRESH_COMMAND)
+    return dict(sorted(out.items()))
+
+
+@dataclass
+class WriteReport:
+    written: list[str]
+    unchanged: list[str]
+    removed: list[str]
+
+
+def _is_generated(path: Path) -> bool:
+    if path.suffix == ".svg":
+        return path.parent.as_posix().endswith(PLOTS_DIR) and "--" in path.name
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().rstrip("\n") == GENERATED_HEADER
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def write_outputs(outputs: Mapping[str, str], docs_dir: Path) -> WriteReport:
+    """Write changed outputs under docs_dir; delete earlier generated files that are no longer produced.
+
+    A file is only ever deleted when it is recognisably generated (the Markdown header, or a plot's
+    <slug>--<gpu>--<dtype>.svg name in the plots folder): hand-written pages are never touched.
+    """
+    docs_dir = Path(docs_dir)
+    report = WriteReport([], [], [])
+    for rel, content in outputs.items():
+        path = docs_dir / rel
+        if path.is_file() and path.read_text(encoding="utf-8") == content:
+            report.unchanged.append(rel)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        replace_text(path, content)
+        report.written.append(rel)
+    for folder in (*GENERATED_DIRS, PLOTS_DIR):
+        directory = docs_dir / folder
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            rel = path.relative_to(docs_dir).as_posix()
+            if path.is_file() and rel not in outputs and path.suffix in (".md", ".svg") and _is_generated(path):
+                path.unlink()
+                report.removed.append(rel)
+    return report

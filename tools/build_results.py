@@ -16,7 +16,7 @@ the evidence pages under docs/ from every recorded run.
 Without CUDA nothing is run: the pages are rendered from the recorded runs (one line says so).
 
 Profiling never fails a run: without ncu, or when ncu cannot read the GPU's counters, the timed record is
-written with the reason in its profiling block (lab.profiling).
+written with the reason in its profiling block (lab.measure.profiling).
 
 Exit codes: 0 done; 1 a run failed outside the per-profile isolation (the records of completed runs are
 kept); 2 bad arguments, an unknown slug, or --run/--all without CUDA; 3 with --strict, some record files
@@ -37,10 +37,11 @@ import torch  # noqa: E402
 
 from experiments import all_experiments  # noqa: E402
 from experiments.decisions import DECISIONS  # noqa: E402
-from lab.hashing import source_hashes  # noqa: E402
-from lab.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
-from lab.render import collect_evidence, render_outputs, write_outputs  # noqa: E402
-from lab.verdict import STALE  # noqa: E402
+from lab.evidence.hashing import source_hashes  # noqa: E402
+from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
+from lab.publish.collect import collect_evidence  # noqa: E402
+from lab.publish.render import render_outputs, write_outputs  # noqa: E402
+from lab.evidence.verdict import STALE  # noqa: E402
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
 
@@ -152,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_needed(experiments, selected, found, *, force: bool, args, profiling: ProfilingRequest | None = None) -> int:
     """Run each selected experiment whose evidence on this GPU is missing or stale (all of them if forced)."""
-    from lab.environment import gpu_key
-    from lab.runner import run_experiment
+    from lab.measure.environment import gpu_key
+    from lab.measure.runner import run_experiment
 
     key = gpu_key(torch.cuda.get_device_name(torch.device(args.device)))
     status = EXIT_OK

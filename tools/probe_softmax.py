@@ -34,7 +34,7 @@ from kernels.softmax import (  # noqa: E402
     SoftmaxPlan, _softmax_fwd_row_kernel, _softmax_fwd_single_block_kernel, _wait_for_row, plan_softmax,
     softmax_bwd, softmax_fwd,
 )
-from lab.timing import CudaEventClock  # noqa: E402
+from lab.measure.timing import CudaEventClock  # noqa: E402
 from probe_common import probe_header  # noqa: E402
 
 softmax_module = importlib.import_module("kernels.softmax")  # the package's `softmax` attribute is the function

@@ -20,7 +20,24 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+
+from lab.evidence.fields import (
+    RecordError,
+    required,
+    checked,
+    expect_object,
+    text,
+    integer,
+    number,
+    real,
+    samples,
+    mapping,
+    listing,
+    optional_number,
+    point_profiling,
+    run_profiling,
+)
 
 SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = (1,)
@@ -31,130 +48,53 @@ CPU_EVIDENCE = "cpu-interpreter: not performance evidence"
 CPU_GPU_KEY = "cpu-interpreter"  # the GPU key of records made on the CPU through Triton's interpreter
 
 
-class RecordError(ValueError):
-    """A record's content does not match the schema; the message names the field and what was expected."""
-
-
-# --------------------------------------------------------------------------------------------------------
-# Field checks: each names the field's path in the record and what it accepts
-# --------------------------------------------------------------------------------------------------------
-
-
-def _field(data: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in data:
-        raise RecordError(f"{where}: missing field {key!r}")
-    return data[key]
-
-
-def _checked(data, key, where, accepts, expected: str, *, optional=False) -> Any:
-    """data[key] when `accepts` it (None too when optional), else a RecordError naming what was expected."""
-    value = _field(data, key, where)
-    if value is None and optional:
-        return None
-    if not accepts(value):
-        raise RecordError(f"{where}.{key}: expected {expected}, got {type(value).__name__}")
-    return value
-
-
-def _object(data: Any, where: str) -> None:
-    if not isinstance(data, dict):
-        raise RecordError(f"{where}: expected an object, got {type(data).__name__}")
-
-
-def _str(data, key, where, *, optional=False) -> str | None:
-    return _checked(data, key, where, lambda v: isinstance(v, str), "a string", optional=optional)
-
-
-def _int(data, key, where, *, optional=False) -> int | None:
-    return _checked(data, key, where, lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer",
-                    optional=optional)
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RecordError(f"{where}: expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _float(data, key, where, *, optional=False) -> float | None:
-    value = _field(data, key, where)
-    if value is None and optional:
-        return None
-    return _number(value, f"{where}.{key}")
-
-
-def _samples(data, key, where) -> tuple[float, ...]:
-    value = _checked(data, key, where, lambda v: isinstance(v, list), "a list of times in ms")
-    samples = tuple(_number(v, f"{where}.{key}[{i}]") for i, v in enumerate(value))
-    if any(s < 0 for s in samples):
-        raise RecordError(f"{where}.{key}: times cannot be negative")
-    return samples
-
-
-def _dict(data, key, where, *, optional=False) -> dict | None:
-    return _checked(data, key, where, lambda v: isinstance(v, dict), "an object", optional=optional)
-
-
-def _list(data, key, where) -> list:
-    return _checked(data, key, where, lambda v: isinstance(v, list), "a list")
-
-
-def _optional_number(value: Any, where: str) -> float | None:
-    return None if value is None else _number(value, where)
-
-
-def _point_profiling(value: Any, where: str) -> dict | None:
-    """A profile result's profiler facts: null, {"error": why}, or {"kernels": [...], "totals": {...}}.
-
-    Each kernel is {"id": ncu's launch id, "name": short name, "metrics": {metric: {"value": number,
-    "unit": text}}}; totals are numbers or null (null where a metric was not reported).
-    """
-    if value is None:
-        return None
-    _object(value, where)
-    if "error" in value:
-        _str(value, "error", where)
-        if "kernels" in value:
-            raise RecordError(f"{where}: holds both an error and kernels; expected one or the other")
-        return dict(value)
-    kernels = _list(value, "kernels", where)
-    for i, kernel in enumerate(kernels):
-        at = f"{where}.kernels[{i}]"
-        _object(kernel, at)
-        _int(kernel, "id", at)
-        _str(kernel, "name", at)
-        for metric, reading in _dict(kernel, "metrics", at).items():
-            _object(reading, f"{at}.metrics[{metric!r}]")
-            _number(_field(reading, "value", f"{at}.metrics[{metric!r}]"), f"{at}.metrics[{metric!r}].value")
-            _str(reading, "unit", f"{at}.metrics[{metric!r}]")
-    for key, total in _dict(value, "totals", where).items():
-        _optional_number(total, f"{where}.totals.{key}")
-    return dict(value)
-
-
-def _run_profiling(value: Any, where: str) -> dict | None:
-    """The run-level profiler block: null (not profiled) or an object whose `error` is null when the
-    profiler gave data, else the reason it gave none; `command` and `ncu_version` say what was run."""
-    if value is None:
-        return None
-    _object(value, where)
-    error = _str(value, "error", where, optional=True)
-    command = _list(value, "command", where)
-    if not all(isinstance(arg, str) for arg in command):
-        raise RecordError(f"{where}.command: expected a list of strings")
-    _str(value, "ncu_version", where, optional=True)
-    if error is None:
-        metrics = _list(value, "metrics", where)
-        if not all(isinstance(m, str) for m in metrics):
-            raise RecordError(f"{where}.metrics: expected a list of metric names")
-        _int(value, "calls", where)
-        _int(value, "kernels", where)
-    return dict(value)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Schema
 # --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EagerResult:
+    """One profile at one point on the eager-call clock (lab.measure.eager): what a Python program calling it
+    back to back pays per call, host work included.
+
+    samples_ms: eager ms per call, one value per batch of `calls_per_sample` calls; host_samples_ms: host ms
+    per call to issue the same batches (the GPU never the limit). p20/p50/p80 and the throughput figures
+    derive from samples_ms. `error` holds why a profile that ran on the GPU-time clock failed on this one
+    (then the samples are empty).
+    """
+
+    samples_ms: tuple[float, ...]
+    host_samples_ms: tuple[float, ...]
+    calls_per_sample: int
+    p20_ms: float | None = None
+    p50_ms: float | None = None
+    p80_ms: float | None = None
+    host_p50_ms: float | None = None
+    gbps: float | None = None
+    pct_of_ceiling: float | None = None
+    tflops: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "EagerResult":
+        expect_object(data, where)
+        result = cls(
+            samples_ms=samples(data, "samples_ms", where),
+            host_samples_ms=samples(data, "host_samples_ms", where),
+            calls_per_sample=integer(data, "calls_per_sample", where),
+            p20_ms=real(data, "p20_ms", where, optional=True),
+            p50_ms=real(data, "p50_ms", where, optional=True),
+            p80_ms=real(data, "p80_ms", where, optional=True),
+            host_p50_ms=real(data, "host_p50_ms", where, optional=True),
+            gbps=real(data, "gbps", where, optional=True),
+            pct_of_ceiling=real(data, "pct_of_ceiling", where, optional=True),
+            tflops=real(data, "tflops", where, optional=True),
+            error=text(data, "error", where, optional=True),
+        )
+        if result.error is None and (not result.samples_ms or result.p50_ms is None):
+            raise RecordError(f"{where}: an eager result without an error needs samples_ms and p50_ms")
+        return result
 
 
 @dataclass(frozen=True)
@@ -166,7 +106,8 @@ class ProfileResult:
     case: `reason`), "unavailable" (an optional peer that does not import: `reason`).
     samples_ms are the raw per-call times; p20/p50/p80 and the throughput figures derive from them.
     `profiling` holds this point's profiler facts (lab.measure.profiling: Nsight Compute's kernels and their
-    totals, or why there are none) and is None where the point was not profiled.
+    totals, or why there are none) and is None where the point was not profiled. `eager` holds the same
+    profile on the eager-call clock; None in records made before that clock existed (GPU time only).
     """
 
     status: str
@@ -182,27 +123,30 @@ class ProfileResult:
     error: str | None = None
     reason: str | None = None
     profiling: dict | None = None
+    eager: EagerResult | None = None
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "ProfileResult":
-        _object(data, where)
-        status = _str(data, "status", where)
+        expect_object(data, where)
+        status = text(data, "status", where)
         if status not in STATUSES:
             raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
         result = cls(
             status=status,
-            plan=_dict(data, "plan", where, optional=True),
-            samples_ms=_samples(data, "samples_ms", where),
-            p20_ms=_float(data, "p20_ms", where, optional=True),
-            p50_ms=_float(data, "p50_ms", where, optional=True),
-            p80_ms=_float(data, "p80_ms", where, optional=True),
-            gbps=_float(data, "gbps", where, optional=True),
-            pct_of_ceiling=_float(data, "pct_of_ceiling", where, optional=True),
-            tflops=_float(data, "tflops", where, optional=True),
-            rel_error=_float(data, "rel_error", where, optional=True),
-            error=_str(data, "error", where, optional=True),
-            reason=_str(data, "reason", where, optional=True),
-            profiling=_point_profiling(data.get("profiling"), f"{where}.profiling"),
+            plan=mapping(data, "plan", where, optional=True),
+            samples_ms=samples(data, "samples_ms", where),
+            p20_ms=real(data, "p20_ms", where, optional=True),
+            p50_ms=real(data, "p50_ms", where, optional=True),
+            p80_ms=real(data, "p80_ms", where, optional=True),
+            gbps=real(data, "gbps", where, optional=True),
+            pct_of_ceiling=real(data, "pct_of_ceiling", where, optional=True),
+            tflops=real(data, "tflops", where, optional=True),
+            rel_error=real(data, "rel_error", where, optional=True),
+            error=text(data, "error", where, optional=True),
+            reason=text(data, "reason", where, optional=True),
+            profiling=point_profiling(data.get("profiling"), f"{where}.profiling"),
+            eager=(EagerResult.from_dict(data["eager"], f"{where}.eager") if data.get("eager") is not None
+                   else None),
         )
         if status == "ok" and (not result.samples_ms or result.p50_ms is None):
             raise RecordError(f"{where}: status 'ok' needs samples_ms and p50_ms")
@@ -225,28 +169,30 @@ class Point:
     input_seed: int
     checked_rows: dict | None
     results: dict[str, ProfileResult]
+    eager_copies: int | None = None  # input copies the eager-call clock cycled through (None: not measured)
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "Point":
-        _object(data, where)
-        shape = _dict(data, "shape", where)
+        expect_object(data, where)
+        shape = mapping(data, "shape", where)
         for dim, size in shape.items():
             if isinstance(size, bool) or not isinstance(size, int):
                 raise RecordError(f"{where}.shape.{dim}: expected an integer, got {size!r}")
-        results = _dict(data, "results", where)
+        results = mapping(data, "results", where)
         return cls(
-            case=_str(data, "case", where),
+            case=text(data, "case", where),
             shape=dict(shape),
-            dtype=_str(data, "dtype", where),
-            bytes_moved=_int(data, "bytes_moved", where),
-            flops=_int(data, "flops", where, optional=True),
-            tolerance=_float(data, "tolerance", where),
-            input_seed=_int(data, "input_seed", where),
-            checked_rows=_dict(data, "checked_rows", where, optional=True),
+            dtype=text(data, "dtype", where),
+            bytes_moved=integer(data, "bytes_moved", where),
+            flops=integer(data, "flops", where, optional=True),
+            tolerance=real(data, "tolerance", where),
+            input_seed=integer(data, "input_seed", where),
+            checked_rows=mapping(data, "checked_rows", where, optional=True),
             results={
                 name: ProfileResult.from_dict(result, f"{where}.results[{name!r}]")
                 for name, result in results.items()
             },
+            eager_copies=integer(data, "eager_copies", where, optional=True) if "eager_copies" in data else None,
         )
 
 
@@ -260,11 +206,11 @@ class CopyCeiling:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "CopyCeiling":
-        _object(data, where)
+        expect_object(data, where)
         return cls(
-            gbps=_float(data, "gbps", where),
-            bytes_copied=_int(data, "bytes_copied", where),
-            samples_ms=_samples(data, "samples_ms", where),
+            gbps=real(data, "gbps", where),
+            bytes_copied=integer(data, "bytes_copied", where),
+            samples_ms=samples(data, "samples_ms", where),
         )
 
 
@@ -282,15 +228,45 @@ class TimingMethod:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "TimingMethod":
-        _object(data, where)
+        expect_object(data, where)
         return cls(
-            clock=_str(data, "clock", where),
-            l2_flush_bytes=_int(data, "l2_flush_bytes", where),
-            warmup_rounds=_int(data, "warmup_rounds", where),
-            min_samples=_int(data, "min_samples", where),
-            max_samples=_int(data, "max_samples", where),
-            target_seconds=_float(data, "target_seconds", where),
-            order=_str(data, "order", where),
+            clock=text(data, "clock", where),
+            l2_flush_bytes=integer(data, "l2_flush_bytes", where),
+            warmup_rounds=integer(data, "warmup_rounds", where),
+            min_samples=integer(data, "min_samples", where),
+            max_samples=integer(data, "max_samples", where),
+            target_seconds=real(data, "target_seconds", where),
+            order=text(data, "order", where),
+        )
+
+
+@dataclass(frozen=True)
+class EagerMethod:
+    """How the eager-call clock took its samples (lab.measure.eager): calls per batch between `min_calls` and
+    `max_calls` (as many as fill about `batch_seconds`), `samples` batches per profile after `warmup_rounds`,
+    inputs cycled through copies past `copies_past_bytes`, host time over the first `host_batch_max` calls."""
+
+    clock: str
+    copies_past_bytes: int
+    warmup_rounds: int
+    samples: int
+    batch_seconds: float
+    min_calls: int
+    max_calls: int
+    host_batch_max: int
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "EagerMethod":
+        expect_object(data, where)
+        return cls(
+            clock=text(data, "clock", where),
+            copies_past_bytes=integer(data, "copies_past_bytes", where),
+            warmup_rounds=integer(data, "warmup_rounds", where),
+            samples=integer(data, "samples", where),
+            batch_seconds=real(data, "batch_seconds", where),
+            min_calls=integer(data, "min_calls", where),
+            max_calls=integer(data, "max_calls", where),
+            host_batch_max=integer(data, "host_batch_max", where),
         )
 
 
@@ -315,6 +291,7 @@ class RunRecord:
     timing: TimingMethod
     points: tuple[Point, ...]
     profiling: dict | None = None
+    eager: EagerMethod | None = None  # the eager-call clock's method; None in records made before it existed
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -340,40 +317,42 @@ class RunRecord:
         where = "record"
         if not isinstance(data, dict):
             raise RecordError(f"expected a JSON object at the top level, got {type(data).__name__}")
-        version = _field(data, "schema_version", where)
+        version = required(data, "schema_version", where)
         if version not in KNOWN_SCHEMA_VERSIONS:
             known = ", ".join(map(str, KNOWN_SCHEMA_VERSIONS))
             raise RecordError(f"unknown schema_version {version!r}; this lab reads version(s) {known}")
-        command = _list(data, "command", where)
+        command = listing(data, "command", where)
         if not all(isinstance(arg, str) for arg in command):
             raise RecordError(f"{where}.command: expected a list of strings")
-        hashes = _dict(data, "hashes", where)
+        hashes = mapping(data, "hashes", where)
         if not all(isinstance(v, str) for v in hashes.values()):
             raise RecordError(f"{where}.hashes: expected path -> sha256 strings")
-        environment = _dict(data, "environment", where)
-        _str(environment, "gpu_key", f"{where}.environment")
-        _str(environment, "gpu_name", f"{where}.environment")
-        evidence = _str(data, "evidence", where)
+        environment = mapping(data, "environment", where)
+        text(environment, "gpu_key", f"{where}.environment")
+        text(environment, "gpu_name", f"{where}.environment")
+        evidence = text(data, "evidence", where)
         if evidence not in (GPU_EVIDENCE, CPU_EVIDENCE):
             raise RecordError(f"{where}.evidence: expected {GPU_EVIDENCE!r} or {CPU_EVIDENCE!r}, got {evidence!r}")
-        git = _dict(data, "git", where)
-        _str(git, "commit", f"{where}.git", optional=True)
+        git = mapping(data, "git", where)
+        text(git, "commit", f"{where}.git", optional=True)
         return cls(
             schema_version=version,
-            run_id=_str(data, "run_id", where),
-            experiment=_str(data, "experiment", where),
-            started_utc=_str(data, "started_utc", where),
-            finished_utc=_str(data, "finished_utc", where),
+            run_id=text(data, "run_id", where),
+            experiment=text(data, "experiment", where),
+            started_utc=text(data, "started_utc", where),
+            finished_utc=text(data, "finished_utc", where),
             command=tuple(command),
             git=dict(git),
             hashes=dict(hashes),
             environment=dict(environment),
             evidence=evidence,
-            copy_ceiling=CopyCeiling.from_dict(_field(data, "copy_ceiling", where), f"{where}.copy_ceiling"),
-            timing=TimingMethod.from_dict(_field(data, "timing", where), f"{where}.timing"),
+            copy_ceiling=CopyCeiling.from_dict(required(data, "copy_ceiling", where), f"{where}.copy_ceiling"),
+            timing=TimingMethod.from_dict(required(data, "timing", where), f"{where}.timing"),
             points=tuple(
-                Point.from_dict(p, f"{where}.points[{i}]") for i, p in enumerate(_list(data, "points", where))
+                Point.from_dict(p, f"{where}.points[{i}]") for i, p in enumerate(listing(data, "points", where))
             ),
-            profiling=_run_profiling(data.get("profiling"), f"{where}.profiling"),
+            profiling=run_profiling(data.get("profiling"), f"{where}.profiling"),
+            eager=(EagerMethod.from_dict(data["eager"], f"{where}.eager") if data.get("eager") is not None
+                   else None),
             path=path,
         )

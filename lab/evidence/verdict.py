@@ -45,6 +45,30 @@ RULE_TEXT = (
     "through the CPU interpreter check the machinery, not performance.",
 )
 
+# The two clocks a claim can be judged on (lab.measure.timing and lab.measure.eager).
+GPU_TIME = "gpu-time"
+EAGER_CALL = "eager-call"
+CLOCKS = (GPU_TIME, EAGER_CALL)
+CLOCK_NAMES = {GPU_TIME: "GPU time", EAGER_CALL: "Eager call"}
+CLOCK_MEANINGS = {
+    GPU_TIME: "what the GPU spends per call, host work hidden: how good the kernel is",
+    EAGER_CALL: "what a Python program calling the op back to back pays per call, host work included",
+}
+GPU_TIME_ONLY = "This record predates the eager-call clock: it holds GPU time only."
+
+
+def clock_timing(result, clock: str) -> tuple[float, tuple[float, ...]] | None:
+    """(median ms, raw samples) of a correct, timed result on `clock`; None where it has none there."""
+    if result is None or result.status != "ok":
+        return None
+    if clock == GPU_TIME:
+        return result.p50_ms, result.samples_ms
+    eager = result.eager
+    if eager is None or eager.error is not None or eager.p50_ms is None:
+        return None
+    return eager.p50_ms, eager.samples_ms
+
+
 # What a point contributes: it supports the claim, counts against it, or decides nothing.
 SUPPORTS = "supports"
 AGAINST = "against"
@@ -91,22 +115,27 @@ def _status_text(result) -> str:
     return f"{result.status} ({detail})" if detail else result.status
 
 
-def judge_point(experiment: Experiment, point: Point) -> PointJudgement:
-    """Apply the rule at one point of a run."""
+def judge_point(experiment: Experiment, point: Point, clock: str = GPU_TIME) -> PointJudgement:
+    """Apply the rule at one point of a run, on `clock`'s samples."""
     claim = experiment.claim
     subject = point.results.get(claim.subject)
     if subject is None or subject.status != "ok":
         what = "absent from the run" if subject is None else _status_text(subject)
         return PointJudgement(point.case, point.dtype, AGAINST, None, None, f"{claim.subject} is {what}")
+    subject_timing = clock_timing(subject, clock)
+    if subject_timing is None:
+        why = (subject.eager.error if subject.eager is not None and subject.eager.error else "no samples")
+        return PointJudgement(point.case, point.dtype, AGAINST, None, None,
+                              f"{claim.subject} has no {CLOCK_NAMES[clock]} figure ({why})")
     correct = [
-        (point.results[name].p50_ms, name)
+        (timing[0], name)
         for name in claim.baselines
-        if name in point.results and point.results[name].status == "ok"
+        if (timing := clock_timing(point.results.get(name), clock)) is not None
     ]
     if not correct:
         return PointJudgement(point.case, point.dtype, UNDECIDED, None, None, "no baseline ran correctly here")
     _, best = min(correct)
-    interval = bootstrap_speedup(point.results[best].samples_ms, subject.samples_ms)
+    interval = bootstrap_speedup(clock_timing(point.results[best], clock)[1], subject_timing[1])
     if interval.high < 1:
         outcome, why = AGAINST, f"{best} is faster (upper bound {interval.high:.3f} < 1)"
     elif interval.low >= claim.threshold:
@@ -118,9 +147,10 @@ def judge_point(experiment: Experiment, point: Point) -> PointJudgement:
     return PointJudgement(point.case, point.dtype, outcome, best, interval, why)
 
 
-def judge_run(experiment: Experiment, run: RunRecord) -> tuple[str, tuple[PointJudgement, ...], str]:
+def judge_run(experiment: Experiment, run: RunRecord,
+              clock: str = GPU_TIME) -> tuple[str, tuple[PointJudgement, ...], str]:
     """The state a run's data supports (Supported / Rejected / Inconclusive), its judgements and a summary."""
-    points = tuple(judge_point(experiment, p) for p in run.points)
+    points = tuple(judge_point(experiment, p, clock) for p in run.points)
     if not points:
         return INCONCLUSIVE, points, "The run holds no points."
     against = [p for p in points if p.outcome == AGAINST]
@@ -145,14 +175,16 @@ def newest(runs: Iterable[RunRecord]) -> RunRecord | None:
 
 
 def verdict_for_gpu(experiment: Experiment, runs: Iterable[RunRecord], current_hashes: Mapping[str, str],
-                    gpu_key: str | None = None) -> Verdict:
-    """The verdict of `experiment` on one GPU from that GPU's runs (any order)."""
+                    gpu_key: str | None = None, clock: str = GPU_TIME) -> Verdict:
+    """The verdict of `experiment` on one GPU from that GPU's runs (any order), on `clock`."""
     run = newest(runs)
     if run is None:
         return Verdict(NO_EVIDENCE, gpu_key, None, None, (), (), "No run on this GPU yet.")
     if not run.is_performance_evidence:
         return Verdict(NO_EVIDENCE, run.gpu_key, run, None, (), (), CPU_EVIDENCE)
-    data_state, points, summary = judge_run(experiment, run)
+    if clock == EAGER_CALL and run.eager is None:
+        return Verdict(NO_EVIDENCE, run.gpu_key, run, None, (), (), GPU_TIME_ONLY)
+    data_state, points, summary = judge_run(experiment, run, clock)
     changed = tuple(changed_sources(run.hashes, current_hashes))
     if changed:
         summary = f"Changed since run {run.run_id}: {', '.join(changed)}; that run said {data_state}"
@@ -161,13 +193,13 @@ def verdict_for_gpu(experiment: Experiment, runs: Iterable[RunRecord], current_h
 
 
 def verdicts_by_gpu(experiment: Experiment, runs: Iterable[RunRecord],
-                    current_hashes: Mapping[str, str]) -> dict[str, Verdict]:
+                    current_hashes: Mapping[str, str], clock: str = GPU_TIME) -> dict[str, Verdict]:
     """Verdicts of `experiment` per GPU key that has a run of it, in key order."""
     by_gpu: dict[str, list[RunRecord]] = {}
     for run in runs:
         if run.experiment == experiment.slug:
             by_gpu.setdefault(run.gpu_key, []).append(run)
-    return {key: verdict_for_gpu(experiment, by_gpu[key], current_hashes, key) for key in sorted(by_gpu)}
+    return {key: verdict_for_gpu(experiment, by_gpu[key], current_hashes, key, clock) for key in sorted(by_gpu)}
 
 
 # --------------------------------------------------------------------------------------------------------

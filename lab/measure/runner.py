@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -30,9 +31,28 @@ from tqdm.auto import tqdm
 from experiments.spec import Case, Experiment, Profile
 from lab import REPO_ROOT
 from lab.evidence.hashing import source_hashes
-from lab.evidence.records import CPU_EVIDENCE, GPU_EVIDENCE, SCHEMA_VERSION, Point, ProfileResult, RunRecord
+from lab.evidence.records import (
+    CPU_EVIDENCE,
+    GPU_EVIDENCE,
+    SCHEMA_VERSION,
+    EagerResult,
+    Point,
+    ProfileResult,
+    RunRecord,
+)
 from lab.evidence.stats import summarize
 from lab.evidence.store import write_record
+from lab.measure.eager import (
+    CPU_EAGER,
+    GPU_EAGER,
+    EagerClock,
+    EagerParams,
+    EagerTimes,
+    copies_needed,
+    input_bytes,
+    input_copies,
+    time_eager,
+)
 from lab.measure.environment import capture_environment, command_line, git_state
 from lab.measure.inputs import (
     CHECK_ELEMENT_BUDGET,
@@ -110,8 +130,10 @@ def measure_point(
     profiles: Sequence[Profile] | None = None,
     bar: Any = None,
     check_budget: int = CHECK_ELEMENT_BUDGET,
+    eager: tuple[EagerClock, EagerParams] | None = None,
 ) -> Point:
-    """Check and time `profiles` (default: all of the experiment's) on one case and dtype."""
+    """Check and time `profiles` (default: all of the experiment's) on one case and dtype: on the GPU-time
+    clock, then (with `eager`) the profiles that timed on the eager-call clock (lab.measure.eager)."""
     profiles = list(experiment.profiles if profiles is None else profiles)
     seed = input_seed(experiment.slug, case, dtype)
     bytes_moved = int(experiment.bytes_moved(case, dtype))
@@ -165,10 +187,51 @@ def measure_point(
             else:
                 results[name] = _timed_result(checked, samples[name], bytes_moved, flops, ceiling_gbps)
         progress("timed", len(calls))
+    copies = None
+    timed = [p for p in profiles if results[p.name].status == "ok"]
+    if eager is not None and timed:
+        progress(f"eager-call clock, {len(timed)} profiles")
+        copies = _time_eager_calls(timed, inputs, results, eager, bytes_moved, flops, ceiling_gbps, clock)
     del inputs, reference_inputs, ref, calls
     clock.release()
     return Point(case.name, dict(case.shape), dtype_name(dtype), bytes_moved, flops, tolerance, seed,
-                 rows.describe(), {p.name: results[p.name] for p in profiles})
+                 rows.describe(), {p.name: results[p.name] for p in profiles}, eager_copies=copies)
+
+
+def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, ProfileResult],
+                      eager: tuple[EagerClock, EagerParams], bytes_moved: int, flops: int | None,
+                      ceiling_gbps: float, clock) -> int:
+    """Time `timed` on the eager-call clock over copies of `inputs`; store each result's `eager` block and
+    return how many input copies the calls cycled through."""
+    eager_clock, eager_params = eager
+    count = copies_needed(input_bytes(inputs), eager_clock.copies_past_bytes)
+    try:
+        sets = input_copies(inputs, count)
+        calls = {p.name: [functools.partial(p.run, **s) for s in sets] for p in timed}
+        times = time_eager(calls, eager_clock, eager_params)
+    except Exception as exc:  # noqa: BLE001 - e.g. no memory for the copies: the GPU-time results stand
+        clock.release()
+        times = EagerTimes({}, {}, {}, {p.name: describe_exception(exc) for p in timed})
+    for p in timed:
+        results[p.name] = replace(results[p.name], eager=_eager_result(times, p.name, bytes_moved, flops,
+                                                                       ceiling_gbps))
+    return count
+
+
+def _eager_result(times: EagerTimes, name: str, bytes_moved: int, flops: int | None,
+                  ceiling_gbps: float) -> EagerResult:
+    if name in times.errors or not times.eager_ms.get(name):
+        return EagerResult((), (), times.calls.get(name, 0), error=times.errors.get(name, "no eager samples"))
+    samples, host = times.eager_ms[name], times.host_ms[name]
+    summary = summarize(samples)
+    seconds = summary.p50 * 1e-3
+    gbps = bytes_moved / seconds / 1e9 if seconds > 0 else None
+    return EagerResult(
+        samples_ms=tuple(samples), host_samples_ms=tuple(host), calls_per_sample=times.calls[name],
+        p20_ms=summary.p20, p50_ms=summary.p50, p80_ms=summary.p80, host_p50_ms=summarize(host).p50,
+        gbps=gbps, pct_of_ceiling=100 * gbps / ceiling_gbps if gbps is not None and ceiling_gbps > 0 else None,
+        tflops=flops / seconds / 1e12 if flops is not None and seconds > 0 else None,
+    )
 
 
 def _timed_result(checked: ProfileResult, samples: list[float], bytes_moved: int, flops: int | None,
@@ -254,6 +317,7 @@ def run_experiment(
     check_budget: int = CHECK_ELEMENT_BUDGET,
     profiling: ProfilingRequest | None = None,
     say: Callable[[str], None] | None = None,
+    eager_params: EagerParams | None = None,
 ) -> tuple[RunRecord, Path]:
     """Run every case, dtype and profile of `experiment` on `device`; write and return the record and its path.
 
@@ -265,6 +329,7 @@ def run_experiment(
     check_device(device)
     on_gpu = torch.device(device).type == "cuda"
     params = params or (GPU_TIMING if on_gpu else CPU_TIMING)
+    eager_params = eager_params or (GPU_EAGER if on_gpu else CPU_EAGER)
     started = utc_now()
     environment = capture_environment(device)
     run_id = new_run_id(environment["gpu_key"], started)
@@ -273,6 +338,7 @@ def run_experiment(
     command = command_line(root)
     clock = make_clock(device)
     ceiling = measure_copy_ceiling(clock, device, params)
+    eager_clock = EagerClock(device, copies_past_bytes=clock.flush_bytes if on_gpu else 0)
     allow_a_compile_per_point(len(experiment.cases) * len(experiment.dtypes))
 
     points = []
@@ -281,7 +347,8 @@ def run_experiment(
         for case in experiment.cases:
             for dtype in experiment.dtypes:
                 points.append(measure_point(experiment, case, dtype, device=device, clock=clock, params=params,
-                                            ceiling_gbps=ceiling.gbps, bar=bar, check_budget=check_budget))
+                                            ceiling_gbps=ceiling.gbps, bar=bar, check_budget=check_budget,
+                                            eager=(eager_clock, eager_params)))
 
     record = RunRecord(
         schema_version=SCHEMA_VERSION,
@@ -297,6 +364,7 @@ def run_experiment(
         copy_ceiling=ceiling,
         timing=timing_method(clock, params),
         points=tuple(points),
+        eager=eager_clock.method(eager_params),
     )
     if profiling is not None:
         if on_gpu:

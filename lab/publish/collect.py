@@ -11,14 +11,15 @@ from typing import Iterable, Mapping, Sequence
 from experiments.spec import Decision, Experiment
 from lab.evidence.records import Point, RunRecord
 from lab.evidence.store import RecordProblem, load_records
-from lab.evidence.verdict import Verdict, verdicts_by_gpu
+from lab.evidence.verdict import EAGER_CALL, Verdict, verdicts_by_gpu
 
 
 
 
 @dataclass
 class Evidence:
-    """Experiments, decisions, valid runs (newest first per experiment) and their verdicts per GPU."""
+    """Experiments, decisions, valid runs (newest first per experiment) and their verdicts per GPU: on the
+    GPU-time clock (`verdicts`) and on the eager-call clock (`eager_verdicts`)."""
 
     experiments: dict[str, Experiment]
     decisions: tuple[Decision, ...]
@@ -26,6 +27,7 @@ class Evidence:
     verdicts: dict[str, dict[str, Verdict]]
     current_hashes: dict[str, dict[str, str]]
     problems: list[RecordProblem] = field(default_factory=list)
+    eager_verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
 
     @property
     def gpu_names(self) -> dict[str, str]:
@@ -64,6 +66,8 @@ def collect_evidence(
     for slug in runs:
         runs[slug].sort(key=lambda r: (r.started_utc, r.run_id), reverse=True)
     verdicts = {slug: verdicts_by_gpu(experiments[slug], runs[slug], current_hashes[slug]) for slug in runs}
+    eager_verdicts = {slug: verdicts_by_gpu(experiments[slug], runs[slug], current_hashes[slug], EAGER_CALL)
+                      for slug in runs}
     return Evidence(
         experiments={slug: experiments[slug] for slug in sorted(experiments)},
         decisions=tuple(sorted(decisions, key=lambda d: d.slug)),
@@ -71,6 +75,7 @@ def collect_evidence(
         verdicts=verdicts,
         current_hashes={slug: dict(current_hashes[slug]) for slug in sorted(experiments)},
         problems=sorted(problems, key=lambda p: str(p.path)),
+        eager_verdicts=eager_verdicts,
     )
 
 

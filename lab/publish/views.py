@@ -29,6 +29,7 @@ from lab.evidence.verdict import (
     badge,
 )
 from lab.publish import formatting as fmt
+from lab.publish.clocks import clock_legend, eager_section
 from lab.publish.collect import Evidence, dtypes_in, profile_names
 from lab.publish.formatting import describe_command
 from lab.publish.plots import plot_filename
@@ -313,12 +314,15 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
     gpu_names = evidence.gpu_names
     decisions = {d.slug: d for d in evidence.decisions}
     sections = [_gpu_section(experiment, key, verdicts[key], gpu_names) for key in gpu_order(verdicts)]
+    for section, key in zip(sections, gpu_order(verdicts)):
+        section["eager"] = eager_section(experiment, evidence.eager_verdicts.get(slug, {}).get(key))
     return {
         "header": GENERATED_HEADER,
         "e": experiment,
         "run_shape": run_shape(experiment),
         "no_evidence_badge": badge(experiment, None),
         "rule": RULE_TEXT,
+        "clocks": clock_legend(),
         "sections": sections,
         "decisions": [{"slug": d, "title": decisions[d].title if d in decisions else d,
                        "known": d in decisions} for d in experiment.decisions],

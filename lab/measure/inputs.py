@@ -85,10 +85,14 @@ class RowSelection:
 
 
 def select_rows(experiment: Experiment, inputs: Mapping[str, torch.Tensor], budget: int) -> RowSelection:
-    """All rows, or for a huge case (more than `budget` elements) its first and last rows within the budget."""
-    if not experiment.row_inputs:
+    """All rows, or for a huge case (more than `budget` elements) its first and last rows within the budget.
+
+    The rows are counted on the first of the experiment's row-wise inputs that this point has (an experiment
+    whose cases take different inputs, e.g. forward and backward, names all of them)."""
+    present = [name for name in experiment.row_inputs if name in inputs]
+    if not present:
         return RowSelection(None)
-    first = inputs[experiment.row_inputs[0]]
+    first = inputs[present[0]]
     n_rows = first.shape[0]
     row_numel = max(1, first[0].numel()) if n_rows else 1
     if n_rows * row_numel <= budget:

@@ -1,0 +1,190 @@
+"""Launching a Triton kernel with little host time per call, and the buffers such launches share.
+
+`kernel[grid](*args, **meta)` costs about 20 us of host time per call on an H100 host with Triton 3.6
+(notes/host-overhead.md): it binds the arguments, derives their specialisation, looks the compiled kernel
+up, builds launch metadata and asks the driver about every pointer. A caller that already knows which
+compiled kernel it needs can skip all of that. `bind` compiles once (without launching) and returns a
+launcher that takes only the arguments that change between calls:
+
+    launch = bind(_my_kernel, (grid,), (x, y, n_cols, x.stride(0)), varying=2, BLOCK_N=1024, num_warps=4)
+    launch(x, y)            # later calls: same specialisation, new tensors
+
+A launcher is valid for new tensors only while the specialisation Triton would derive for them is the one
+it was bound with: the same dtypes, and the same answer to "is data_ptr() a multiple of 16" (`aligned`).
+Callers key their caches of launchers by those (and by everything in the fixed arguments), so a launcher is
+never reused for tensors it does not fit.
+
+On CUDA a bound launcher calls the compiled kernel's own launcher (`CompiledKernel.run` in Triton 3.6, or
+the C function under it when no scratch memory is needed), on the stream current for the bound device, with
+pointers passed as integers (so the driver is not asked about them). It falls back to `kernel[grid]` when
+Triton's launch hooks are set (a profiler listening), when the current device is not the bound one, and
+always under Triton's interpreter (TRITON_INTERPRET=1, the CPU path), where launchers simply replay
+`kernel[grid](...)` with the fixed arguments.
+
+`stream_workspace` hands out buffers kept per (tag, device, stream) and never freed, for kernels that need
+scratch space or counters: a kernel that leaves its counters zeroed (self-resetting) can then launch without
+a memset per call, inside CUDA graphs too (a captured graph keeps pointing at live memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from triton import knobs
+from triton.runtime.jit import JITFunction
+
+# Triton's own choice of stream and device (triton/backends/driver.py): the raw stream torch has current.
+try:
+    from torch._C import _cuda_getCurrentRawStream as _current_stream
+except ImportError:  # a CPU-only build of torch
+    _current_stream = None
+
+# Triton 3.6 keeps its launch hooks as chains, empty unless a profiler (e.g. proton) adds to them or replaces
+# them; Triton's launcher then calls them around every launch. Raw launches run only while they are idle.
+_ENTER_HOOK, _EXIT_HOOK = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+_ENTER_CALLS, _EXIT_CALLS = getattr(_ENTER_HOOK, "calls", ()), getattr(_EXIT_HOOK, "calls", ())
+
+
+def launch_hooks_idle() -> bool:
+    """Whether no launch hook is set: raw launches skip them, so they run only while this holds."""
+    runtime = knobs.runtime
+    return not (_ENTER_CALLS or _EXIT_CALLS or runtime.launch_enter_hook is not _ENTER_HOOK
+                or runtime.launch_exit_hook is not _EXIT_HOOK)
+
+
+# torch.cuda.current_device() minus its lazy-initialisation check (CUDA is up once a CUDA tensor exists).
+_current_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+
+def aligned(t: torch.Tensor) -> bool:
+    """Whether Triton specialises a pointer to `t` as 16-byte aligned (a launcher's cache key needs this)."""
+    return t.data_ptr() % 16 == 0
+
+
+def _trailing_values(kernel, args: Sequence, constexprs: dict) -> tuple:
+    """The values of the parameters after the positional ones, in parameter order, as the launcher wants them."""
+    values = []
+    for param in kernel.params[len(args):]:
+        name = param.name
+        if name in constexprs:
+            values.append(constexprs[name])
+        elif param.has_default:
+            values.append(param.default)
+        else:
+            raise TypeError(f"bind: {kernel.__name__} needs a value for {name}.")
+    return tuple(values)
+
+
+def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, **meta) -> Callable[..., None]:
+    """A launcher of `kernel` over `grid` that takes the first `varying` of `args` (tensors) on each call.
+
+    args: the kernel's leading parameters, positionally, as for `kernel[grid](*args, **meta)`; the first
+    `varying` are tensors, the rest are fixed. meta: constexprs by name and launch options (num_warps, ...).
+    The kernel is compiled here (without launching); the launcher's `.mode` says how it launches: "raw" (the
+    compiled launcher's C function), "run" (CompiledKernel.run) or "jit" (kernel[grid], e.g. interpreter).
+    """
+    grid = tuple(grid) + (1,) * (3 - len(grid))
+    fixed = tuple(args[varying:])
+    fallback = _jit_launcher(kernel, grid, fixed, meta)
+    tensors = args[:varying]
+    if not (isinstance(kernel, JITFunction) and tensors and all(isinstance(t, torch.Tensor) and t.is_cuda
+                                                                   for t in tensors)):
+        return fallback
+    constexprs = {name: value for name, value in meta.items() if name in kernel.arg_names}
+    # Fixed tensors travel as integers too; the launcher keeps them alive (`.fixed`).
+    tail = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in fixed)
+    tail += _trailing_values(kernel, args, constexprs)
+    device = tensors[0].device.index
+    with torch.cuda.device(device):  # Triton compiles and loads for the current device
+        compiled = kernel.warmup(*args, grid=grid, **meta)
+        if hasattr(compiled, "result"):  # asynchronous compilation hands back a future
+            compiled = compiled.result()
+        launch = _raw_launcher(compiled, grid, device, tail, fallback)
+    launch.fixed = fixed
+    return launch
+
+
+def _jit_launcher(kernel, grid: tuple, fixed: tuple, meta: dict) -> Callable[..., None]:
+    """Replays `kernel[grid](*varying, *fixed, **meta)`, under the bound device when it is not current."""
+    run = kernel[grid]
+
+    def launch(*varying):
+        device = varying[0].device if varying else None
+        if device is not None and device.type == "cuda" and device.index != _current_device():
+            with torch.cuda.device(device):
+                run(*varying, *fixed, **meta)
+        else:
+            run(*varying, *fixed, **meta)
+
+    launch.mode = "jit"
+    return launch
+
+
+def _raw_launcher(compiled, grid: tuple, device: int, tail: tuple, fallback) -> Callable[..., None]:
+    runner = compiled.run  # loads the binary on the current device and builds Triton's launcher
+    function, packed = compiled.function, compiled.packed_metadata
+    gx, gy, gz = grid
+    runtime = knobs.runtime  # launch_hooks_idle(), inlined: while a hook is set, launches take kernel[grid]
+    data_ptr = torch.Tensor.data_ptr
+    c_launch = getattr(runner, "launch", None)
+    direct = (
+        c_launch is not None
+        and getattr(runner, "global_scratch_size", 1) == 0
+        and getattr(runner, "profile_scratch_size", 1) == 0
+        and hasattr(runner, "launch_cooperative_grid")
+        and hasattr(runner, "launch_pdl")
+    )
+    if direct:
+        # CudaLauncher.__call__ minus its scratch allocation (none needed): the arguments of the C function.
+        cooperative, pdl = runner.launch_cooperative_grid, runner.launch_pdl
+
+        def launch(*varying):
+            if (_ENTER_CALLS or _EXIT_CALLS or runtime.launch_enter_hook is not _ENTER_HOOK
+                    or runtime.launch_exit_hook is not _EXIT_HOOK or _current_device() != device):
+                return fallback(*varying)
+            c_launch(gx, gy, gz, _current_stream(device), function, cooperative, pdl, None, None, packed,
+                     None, None, None, *map(data_ptr, varying), *tail)
+
+        launch.mode = "raw"
+    else:
+
+        def launch(*varying):
+            if (_ENTER_CALLS or _EXIT_CALLS or runtime.launch_enter_hook is not _ENTER_HOOK
+                    or runtime.launch_exit_hook is not _EXIT_HOOK or _current_device() != device):
+                return fallback(*varying)
+            runner(gx, gy, gz, _current_stream(device), function, packed, None, None, None,
+                   *map(data_ptr, varying), *tail)
+
+        launch.mode = "run"
+    launch.compiled = compiled
+    return launch
+
+
+# --------------------------------------------------------------------------------------------------------
+# Buffers per (tag, device, stream), never freed
+# --------------------------------------------------------------------------------------------------------
+
+_WORKSPACES: dict[tuple, torch.Tensor] = {}  # (tag, dtype, device, stream, numel) -> a view of a buffer
+_BUFFERS: dict[tuple, torch.Tensor] = {}  # (tag, dtype, device, stream) -> the largest buffer so far
+
+
+def stream_workspace(tag: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`numel` elements of a zero-initialised buffer owned by (tag, device, current stream).
+
+    The same call on the same stream returns the same tensor, so launches that follow each other on a
+    stream share it and launches on different streams never do. Buffers grow by powers of two and are never
+    freed (a CUDA graph captured with one keeps using it), so a kernel that counts in one must leave it as it
+    found it: zeroed, if it is to start from zero next time. On the CPU the stream is 0.
+    """
+    stream = _current_stream(device.index) if device.type == "cuda" else 0
+    key = (tag, dtype, device, stream, numel)
+    view = _WORKSPACES.get(key)
+    if view is None:
+        base_key = key[:4]
+        base = _BUFFERS.get(base_key)
+        if base is None or base.numel() < numel:
+            size = 1 << max(numel - 1, 0).bit_length()
+            base = _BUFFERS[base_key] = torch.zeros(size, dtype=dtype, device=device)
+        view = _WORKSPACES[key] = base[:numel]
+    return view

@@ -23,7 +23,7 @@ always under Triton's interpreter (TRITON_INTERPRET=1, the CPU path), where laun
 
 `stream_workspace` hands out buffers kept per (tag, device, stream) and never freed, for kernels that need
 scratch space or counters: a kernel that leaves its counters zeroed (self-resetting) can then launch without
-a memset per call, inside CUDA graphs too (a captured graph keeps pointing at live memory).
+a memset per call.
 """
 
 from __future__ import annotations
@@ -165,26 +165,31 @@ def _raw_launcher(compiled, grid: tuple, device: int, tail: tuple, fallback) -> 
 # Buffers per (tag, device, stream), never freed
 # --------------------------------------------------------------------------------------------------------
 
-_WORKSPACES: dict[tuple, torch.Tensor] = {}  # (tag, dtype, device, stream, numel) -> a view of a buffer
+_WORKSPACES: dict[tuple, object] = {}  # (tag, dtype, device, stream, numel) -> views of a buffer
 _BUFFERS: dict[tuple, torch.Tensor] = {}  # (tag, dtype, device, stream) -> the largest buffer so far
 
 
-def stream_workspace(tag: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """`numel` elements of a zero-initialised buffer owned by (tag, device, current stream).
+def stream_workspace(tag: str, numel, dtype: torch.dtype, device: torch.device):
+    """Zero-initialised memory owned by (tag, device, current stream): a tensor of `numel` elements, or for a
+    tuple of sizes a tuple of tensors laid end to end.
 
-    The same call on the same stream returns the same tensor, so launches that follow each other on a
-    stream share it and launches on different streams never do. Buffers grow by powers of two and are never
-    freed (a CUDA graph captured with one keeps using it), so a kernel that counts in one must leave it as it
-    found it: zeroed, if it is to start from zero next time. On the CPU the stream is 0.
+    The same call on the same stream returns the same tensors, so launches that follow each other on a
+    stream share them and launches on different streams never do. Buffers grow by powers of two and are
+    never freed, so a kernel that counts in one must leave it as it found it: zeroed, if it is to start from
+    zero next time. On the CPU the stream is 0. While a CUDA graph is being captured, prefer memory of the
+    capture's own (torch.cuda.is_current_stream_capturing()): graphs captured on one stream and replayed on
+    several at once would otherwise share these buffers.
     """
     stream = _current_stream(device.index) if device.type == "cuda" else 0
     key = (tag, dtype, device, stream, numel)
-    view = _WORKSPACES.get(key)
-    if view is None:
+    views = _WORKSPACES.get(key)
+    if views is None:
+        sizes = numel if isinstance(numel, tuple) else (numel,)
+        total = sum(sizes)
         base_key = key[:4]
         base = _BUFFERS.get(base_key)
-        if base is None or base.numel() < numel:
-            size = 1 << max(numel - 1, 0).bit_length()
-            base = _BUFFERS[base_key] = torch.zeros(size, dtype=dtype, device=device)
-        view = _WORKSPACES[key] = base[:numel]
-    return view
+        if base is None or base.numel() < total:
+            base = _BUFFERS[base_key] = torch.zeros(1 << max(total - 1, 0).bit_length(), dtype=dtype, device=device)
+        views = base[:total].split(sizes)
+        views = _WORKSPACES[key] = views if isinstance(numel, tuple) else views[0]
+    return views

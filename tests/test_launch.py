@@ -135,6 +135,8 @@ def test_stream_workspace_is_kept_per_tag_and_grows_without_freeing():
     big = _launch.stream_workspace("test-a", 100, torch.int32, cpu)
     assert big.numel() == 100 and (big == 0).all() and big.data_ptr() != a.data_ptr()
     assert _launch.stream_workspace("test-a", 5, torch.int32, cpu) is a  # still alive, still handed out
+    first, second = _launch.stream_workspace("test-c", (3, 4), torch.float32, cpu)
+    assert (first.numel(), second.numel()) == (3, 4) and second.data_ptr() == first.data_ptr() + 3 * 4
 
 
 @needs_gpu

@@ -355,7 +355,8 @@ def test_empty_tensors_return_empty_without_launch(shape, dim, device, monkeypat
     def no_launch(*args, **kwargs):
         raise AssertionError("an empty tensor must not launch a kernel")
 
-    monkeypatch.setattr(softmax_module, "softmax_fwd", no_launch)
+    for name in ("softmax_fwd", "_fwd_launch", "bind", "_new_route"):
+        monkeypatch.setattr(softmax_module, name, no_launch)
     x = torch.empty(shape, device=device)
     y = softmax(x, dim)
     assert y.shape == x.shape and y.dtype == x.dtype
@@ -447,9 +448,11 @@ def test_interpreter_never_plans_split_row(monkeypatch):
 def test_auto_dispatch_reaches_both_kernels_through_the_public_api(device, gen, monkeypatch):
     # Lower the threshold so the long-row branch is reachable on a short row, and record which plan ran.
     monkeypatch.setitem(AUTO_SINGLE_BLOCK_MAX_N["forward"], torch.float32, 64)
+    monkeypatch.setattr(softmax_module, "_ROUTES", {})  # plans made before the threshold moved are gone
     seen = []
-    real = softmax_module.softmax_fwd
-    monkeypatch.setattr(softmax_module, "softmax_fwd", lambda x, plan, out=None: seen.append(plan.impl) or real(x, plan))
+    real = softmax_module._fwd_launch
+    monkeypatch.setattr(softmax_module, "_fwd_launch",
+                        lambda x, y, plan, workspace: seen.append(plan.impl) or real(x, y, plan, workspace))
     y_short = softmax(_draw((2, 64), torch.float32, device, gen))
     x_long = _draw((2, 65), torch.float32, device, gen)
     y_long = softmax(x_long)

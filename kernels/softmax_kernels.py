@@ -1,0 +1,275 @@
+"""Row softmax kernels, forward and backward, in three schedules (the device code of kernels/softmax.py).
+
+    y = softmax(x),  y_j = exp(x_j - m) / d,  m = max_k x_k,  d = sum_k exp(x_k - m)
+    dx = y * (dy - dot),  dot = <dy, y> = sum_k dy_k * y_k
+
+Schedules, with the DRAM bytes each moves for an M x N input of `size`-byte elements:
+
+* single-block: a whole row (or several short rows) lives in registers, as one power-of-two block of lanes
+  or, just past a power of two, as a head and a small tail (single_block_lanes). Forward reads x once and
+  writes y once: 2*M*N*size. Backward reads y and dy once and writes dx once: 3*M*N*size. Rows longer than
+  MAX_SINGLE_BLOCK_N are refused: the registers spill long before that.
+* split-row: a long row is cut into slices held in the registers of cooperating programs, which merge
+  their (m, d) pairs through global memory: 2*M*N*size forward, 3*M*N*size backward, like single-block, for
+  rows too long for one program. GPU only (the programs wait for each other; the interpreter runs one
+  program at a time). Its counters end every launch zeroed, as they began it, so launches share them.
+* online: tiles of BLOCK_N columns. Pass 1 carries the running max and normaliser (m, d) through the row
+  (the online-softmax recurrence), pass 2 reads x again and writes y: 3*M*N*size, any N. The backward pass
+  reads y and dy twice (once for dot, once for dx): 5*M*N*size.
+
+Which schedule runs, with which block sizes and warps, is the plan's (kernels/softmax_plan.py); how each
+launch gets its arguments is kernels/softmax.py's. The maths is written up in docs/posts (the softmax, its
+gradient and the online softmax posts); what each setting was measured against is in notes/softmax-speed.md.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+@triton.jit
+def _softmax_fwd_single_block_kernel(
+    x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    # One program owns ROWS_PER_PROGRAM whole rows: x is read once, y written once (2*M*N*size bytes).
+    # A row is held as a head of BLOCK_N lanes and, when TAIL_N > 0, a tail of TAIL_N lanes after it (both
+    # powers of two), so a 4224-element row takes 4096 + 128 lanes rather than 8192.
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_in = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = row_in[:, None] & (cols[None, :] < n_cols)
+    x = tl.load(x_ptr + rows64[:, None] * x_row_stride + cols[None, :], mask=mask, other=-float("inf"))
+    x = x.to(tl.float32)
+    m = tl.max(x, axis=1)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        x_tail = tl.load(x_ptr + rows64[:, None] * x_row_stride + tail_cols[None, :], mask=tail_mask,
+                         other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_tail, axis=1))
+    e = tl.exp(x - m[:, None])
+    d = tl.sum(e, axis=1)
+    if TAIL_N > 0:
+        e_tail = tl.exp(x_tail - m[:, None])
+        d += tl.sum(e_tail, axis=1)
+    inv_d = (1.0 / d)[:, None]
+    tl.store(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], (e * inv_d).to(y_ptr.dtype.element_ty), mask=mask)
+    if TAIL_N > 0:
+        tl.store(y_ptr + rows64[:, None] * y_row_stride + tail_cols[None, :],
+                 (e_tail * inv_d).to(y_ptr.dtype.element_ty), mask=tail_mask)
+
+
+@triton.jit
+def _softmax_fwd_row_kernel(
+    x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROW_OFFSET_64: tl.constexpr,
+):
+    # The single-block forward for plans of one row per program: the same head and tail lanes and bytes as
+    # _softmax_fwd_single_block_kernel, written on 1-D blocks. Its [1, BLOCK_N] form measured 0.1-2.3 points
+    # of the copy ceiling slower (fp32, 4096 rows of 2304-12672, H100, probe rounds 8 and 9). Row offsets
+    # are 32-bit unless some element lies 2^31 or more past its tensor's start (ROW_OFFSET_64): the 32-bit
+    # form measured up to 0.9 points faster (probe round 8).
+    row = tl.program_id(0)
+    if ROW_OFFSET_64:
+        row = row.to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    y_row = y_ptr + row * y_row_stride
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        x_tail = tl.load(x_row + tail_cols, mask=tail_cols < n_cols, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_tail, axis=0))
+    e = tl.exp(x - m)
+    d = tl.sum(e, axis=0)
+    if TAIL_N > 0:
+        e_tail = tl.exp(x_tail - m)
+        d += tl.sum(e_tail, axis=0)
+    inv_d = 1.0 / d
+    tl.store(y_row + cols, (e * inv_d).to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+    if TAIL_N > 0:
+        tl.store(y_row + tail_cols, (e_tail * inv_d).to(y_ptr.dtype.element_ty), mask=tail_cols < n_cols)
+
+
+@triton.jit
+def _softmax_fwd_online_kernel(
+    x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr,
+):
+    # Pass 1 reads the row once and keeps one (m, d) pair per lane, merged at the end; pass 2 reads it again
+    # and writes y: 3*M*N*size bytes. Lanes that have seen only -inf keep d = 0 (m_safe avoids -inf - -inf).
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_row_stride
+    y_row = y_ptr + row * y_row_stride
+    offs = tl.arange(0, BLOCK_N)
+    m = tl.full([BLOCK_N], -float("inf"), tl.float32)
+    d = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+        m_new = tl.maximum(m, x)
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        d = d * tl.exp(m - m_safe) + tl.exp(x - m_safe)
+        m = m_new
+    m_row = tl.max(m, axis=0)
+    # A row of only -inf gives m_row = -inf and d_row = NaN (0 * exp(NaN)), the value torch returns.
+    d_row = tl.sum(d * tl.exp(m - m_row), axis=0)
+    inv_d = 1.0 / d_row
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+        y = tl.exp(x - m_row) * inv_d
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _softmax_bwd_single_block_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_rows, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROWS_PER_PROGRAM: tl.constexpr,
+):
+    # Reads y and dy once, writes dx once: 3*M*N*size bytes. Head and tail lanes as in the forward kernel.
+    rows = tl.program_id(0) * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)
+    row_in = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = row_in[:, None] & (cols[None, :] < n_cols)
+    y = tl.load(y_ptr + rows64[:, None] * y_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    dot = tl.sum(y * dy, axis=1)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        tail_mask = row_in[:, None] & (tail_cols[None, :] < n_cols)
+        y_tail = tl.load(y_ptr + rows64[:, None] * y_row_stride + tail_cols[None, :], mask=tail_mask,
+                         other=0.0).to(tl.float32)
+        dy_tail = tl.load(dy_ptr + rows64[:, None] * dy_row_stride + tail_cols[None, :], mask=tail_mask,
+                          other=0.0).to(tl.float32)
+        dot += tl.sum(y_tail * dy_tail, axis=1)
+    dx = y * (dy - dot[:, None])
+    tl.store(dx_ptr + rows64[:, None] * dx_row_stride + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    if TAIL_N > 0:
+        dx_tail = y_tail * (dy_tail - dot[:, None])
+        tl.store(dx_ptr + rows64[:, None] * dx_row_stride + tail_cols[None, :],
+                 dx_tail.to(dx_ptr.dtype.element_ty), mask=tail_mask)
+
+
+@triton.jit
+def _softmax_bwd_online_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr,
+):
+    # Pass 1 reads y and dy for dot = <dy, y>; pass 2 reads them again and writes dx: 5*M*N*size bytes.
+    row = tl.program_id(0).to(tl.int64)
+    y_row = y_ptr + row * y_row_stride
+    dy_row = dy_ptr + row * dy_row_stride
+    dx_row = dx_ptr + row * dx_row_stride
+    offs = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        acc += y * dy
+    dot = tl.sum(acc, axis=0)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dx = y * (dy - dot)
+        tl.store(dx_row + cols, dx.to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+@triton.jit
+def _wait_for_row(counter_ptr, arrived, n_splits):
+    # Spin (acquire) until all n_splits slices of the row have arrived, or until the last of them has set the
+    # counter back to zero, which it does only once all have. A nanosleep back-off between polls measured
+    # within noise of the plain spin (notes/softmax-speed.md, probe 5), so the spin stays plain.
+    while (arrived < n_splits) & (arrived > 0):
+        arrived = tl.atomic_add(counter_ptr, 0, sem="acquire")
+    return arrived
+
+
+@triton.jit
+def _take_ticket(sync_ptr):
+    # Tickets count up from sync_ptr[0]. The program holding the launch's last ticket sets the counter back
+    # to zero (every ticket is taken by then), so the next launch finds it zeroed without a memset.
+    ticket = tl.atomic_add(sync_ptr, 1)
+    if ticket == tl.num_programs(0) - 1:
+        tl.atomic_xchg(sync_ptr, 0)
+    return ticket
+
+
+@triton.jit
+def _arrive_and_wait(counter_ptr, n_splits):
+    # Release this slice's partials, then wait (acquire) until every slice of the row has released its own.
+    # The last slice to arrive sets the row's counter back to zero (release) instead of waiting; the others
+    # read that zero as "all arrived", with every partial visible through the last slice's acquire.
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel") + 1
+    if arrived == n_splits:
+        tl.atomic_xchg(counter_ptr, 0, sem="release")
+    else:
+        _wait_for_row(counter_ptr, arrived, n_splits)
+
+
+@triton.jit
+def _softmax_fwd_split_row_kernel(
+    x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_cols, n_splits, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+):
+    # A row is cut into n_splits slices, one per program, each held in registers: x is read once and y
+    # written once (2*M*N*size bytes) however long the row. The programs of a row meet once, through
+    # global memory, to merge their (m, d) pairs with the online-softmax rule.
+    # Work is taken in arrival order (a ticket from sync_ptr[0]), never by program id: every earlier ticket
+    # belongs to a program already running, so a row's slices are all running or done before its last slice
+    # waits, and the wait ends as long as n_splits programs fit on the GPU at once (MAX_SPLITS). The
+    # interpreter runs programs one at a time and never gets this schedule. The counters in sync_ptr end
+    # every launch zeroed, as they began it (_take_ticket, _arrive_and_wait).
+    ticket = _take_ticket(sync_ptr)
+    row = ticket // n_splits
+    part = ticket % n_splits
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    m_safe = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m_safe)
+    tl.store(part_m_ptr + ticket, m)
+    tl.store(part_d_ptr + ticket, tl.sum(e, axis=0))
+    _arrive_and_wait(sync_ptr + 1 + row, n_splits)
+    parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+    in_row = tl.arange(0, SPLITS_POW2) < n_splits
+    pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
+    pd = tl.load(part_d_ptr + parts, mask=in_row, other=0.0, volatile=True)
+    m_row = tl.max(pm, axis=0)
+    # Slices of only -inf hold d = 0; a row of only -inf gives d_row = NaN, as torch does.
+    d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
+    d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
+    scale = tl.where(m == -float("inf"), 0.0, tl.exp(m_safe - m_row)) / d_row
+    tl.store(y_ptr + row.to(tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_bwd_split_row_kernel(
+    y_ptr, dy_ptr, dx_ptr, part_dot_ptr, sync_ptr, n_cols, n_splits, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+):
+    # The backward of the split-row schedule: each program holds a slice of y and dy, the programs of a row
+    # add their partial dots through global memory, then each writes its slice of dx: 3*M*N*size bytes.
+    # Tickets and the wait as in the forward kernel.
+    ticket = _take_ticket(sync_ptr)
+    row = ticket // n_splits
+    part = ticket % n_splits
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    row64 = row.to(tl.int64)
+    y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(part_dot_ptr + ticket, tl.sum(y * dy, axis=0))
+    _arrive_and_wait(sync_ptr + 1 + row, n_splits)
+    parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+    in_row = tl.arange(0, SPLITS_POW2) < n_splits
+    dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
+    dx = y * (dy - dot)
+    tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)

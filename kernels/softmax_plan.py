@@ -1,0 +1,182 @@
+"""Launch plans of the row softmax (kernels/softmax.py): pure functions of the row count, row length, dtype
+and direction, with the measurements behind every threshold beside its table. Tested on both sides of
+every threshold (tests/test_softmax.py); the chosen plan goes into every run record.
+
+Plain Python integer arithmetic throughout (`_cdiv`, `_next_power_of_2`): triton.cdiv and
+triton.next_power_of_2 are constexpr functions whose host-side calls cost microseconds each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from kernels._checks import interpreter_enabled
+
+IMPLS = ("auto", "single_block", "online")
+
+
+# Longest row the single-block schedule accepts: a 131,072-element fp32 row already spills registers, and
+# the compiler refuses larger blocks.
+MAX_SINGLE_BLOCK_N = 131072
+
+# impl="auto": single-block up to and including this N, by direction and dtype; above it split-row on a GPU,
+# online under the interpreter. Forward, measured on an NVIDIA H200 (132 SMs, copy ceiling 4.2 TB/s),
+# M*N = 2^28, L2 flushed (notes/softmax-speed.md, probe 1): at N = 32,768 single-block 98% of the ceiling
+# against split-row's 90% (fp32) and 76% against 71% (bf16); at N = 65,536 single-block 72% against 89%
+# (fp32), 66% against 72% (bf16). Backward, measured on an H100 (rounds 6 and 7, twice): at N = 32,768 an
+# fp32 row is two 128 KiB tensors, and single-block reached 95% of the ceiling against split-row's 102%;
+# in bf16 single-block held 100% against 92%. The records of experiments `softmax-long-rows` and
+# `softmax-bwd-long-rows` show the resulting dispatch against every peer.
+AUTO_SINGLE_BLOCK_MAX_N = {
+    "forward": {torch.float32: 32768, torch.float16: 32768, torch.bfloat16: 32768},
+    "backward": {torch.float32: 16384, torch.float16: 32768, torch.bfloat16: 32768},
+}
+
+# Single-block settings, by padded row length: (largest BLOCK_N, num_warps). Larger rows need more warps
+# to keep the per-thread register footprint near 16-64 elements. Measured on the H200 (notes/softmax-speed.md):
+# 2k-element rows run at 99% with 4 warps and 87% with 8 (bf16); rows of up to 1024 lanes a program run
+# best on 2 warps (probe 5); the backward at 32k holds two tensors a row and prefers 16 warps (99% against
+# 75% with 32, fp32). The backward of one 1024-lane row a program runs on one warp: at M = 4096, fp32,
+# N = 640-1024 it measured 2-4 points above two warps, twice; at M = 32,768 and 262,144 within half a point
+# (H100, rounds 6 and 7). Rows of 512 lanes and fewer, two or more a program, measured 1 point lower on one.
+_SINGLE_BLOCK_WARPS = {
+    "forward": ((1024, 2), (2048, 4), (4096, 8), (16384, 16), (MAX_SINGLE_BLOCK_N, 32)),
+    "backward": ((512, 2), (1024, 1), (2048, 4), (4096, 8), (32768, 16), (MAX_SINGLE_BLOCK_N, 32)),
+}
+# Rows held as head + tail lanes take their warps from the head, in both directions (probes 5 and 6, fp32
+# at M = 4096: 4 warps for a 4096 head, 8 for 8192; 16 warps on head + tail cost 10-30 points).
+_TAIL_WARPS = {4096: 4, 8192: 8, 16384: 16, 32768: 32, 65536: 32}
+# Short rows share a program up to this many lanes (probe 5, M = 32,768: 4 rows of 256, 2 of 512, 1 of
+# 1024, on 2 warps, are within a point or two of the best of 64 variants in both dtypes and directions).
+_LANES_PER_PROGRAM = 1024
+# ...except rows of at most this many lanes, by element size, whose programs run on one warp: fp32 rows of
+# 128 at M = 32,768 measured 74% of the ceiling on one warp against 68% on two (H100, probe round 5, twice);
+# bf16 rows of 128 measured a point lower on one warp, so 2-byte rows keep two.
+_ONE_WARP_MAX_N = {4: 128}
+_MIN_BLOCK_N = 16
+# Rows at least this long are held as a power-of-two head plus a power-of-two tail when the tail is at most
+# _TAIL_MAX_LANES[head] lanes, or 1/_TAIL_MAX_FRACTION of a head not in the table (single_block_lanes).
+# Measured at M = 4096, fp32: a 4096 head gains 1-5 points with tails of 128 (H200, H100), 256 (H100) and
+# 512 lanes (H100: 97% at N = 4608 against 96% for one 8192-lane block); an 8192 head is level with one
+# 16384-lane block at a 128-lane tail and 1.5-2 points behind it at 256 and 512 (H100 and H200). Heads of
+# 2048 gained nothing; longer heads are unmeasured and keep the 1/16 rule.
+_TAIL_MIN_N = 4096
+_TAIL_MAX_LANES = {4096: 512, 8192: 128}
+_TAIL_MAX_FRACTION = 16
+
+# Online settings: tile width by element size (bytes); one tile is 16 KiB of input per program.
+_ONLINE_BLOCK_N = {4: 4096, 2: 8192}
+_ONLINE_WARPS = 8
+
+# Split-row settings by element size: (slice width BLOCK_N, num_warps). A row needs all its slices resident
+# at once, so the number of slices is capped far below what one wave of 132 SMs holds.
+_SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 8), 2: (8192, 8)}}
+DIRECTIONS = ("forward", "backward")
+MAX_SPLITS = 64
+
+
+@dataclass(frozen=True)
+class SoftmaxPlan:
+    """How one launch is laid out. Recorded next to every timing the lab takes."""
+
+    impl: str  # "single_block", "online" or "split_row"
+    block_n: int
+    rows_per_program: int
+    num_warps: int
+    grid: int  # programs launched
+    splits: int = 1  # programs per row (split_row only)
+    tail_n: int = 0  # lanes of a row past the first block_n (single_block only; 0: none)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_impl(
+    n_cols: int, dtype: torch.dtype, allow_split_row: bool | None = None, direction: str = "forward"
+) -> str:
+    """The schedule impl="auto" runs for rows of `n_cols` elements of `dtype` in `direction`.
+
+    allow_split_row: whether programs may wait for each other; None means "unless Triton's interpreter
+    runs the kernels" (it runs one program at a time, so such a wait would never end).
+    """
+    if allow_split_row is None:
+        allow_split_row = not interpreter_enabled()
+    if n_cols <= AUTO_SINGLE_BLOCK_MAX_N[direction][dtype]:
+        return "single_block"
+    if allow_split_row and _split_row_count(n_cols, dtype) <= MAX_SPLITS:
+        return "split_row"
+    return "online"
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return dtype.itemsize
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _split_row_count(n_cols: int, dtype: torch.dtype) -> int:
+    # Both directions cut rows into slices of the same width, so forward and backward dispatch alike.
+    return _cdiv(n_cols, _SPLIT_ROW_SETTINGS["forward"][_element_size(dtype)][0])
+
+
+def single_block_lanes(n_cols: int) -> tuple[int, int]:
+    """(head, tail) lanes of a single-block row: a row of N = 4224 takes 4096 + 128 lanes where one
+    power-of-two block would take 8192. The head is the largest power of two below N, the tail the smallest
+    power of two (at least _MIN_BLOCK_N) that covers the rest. Rows that are a power of two, shorter than
+    _TAIL_MIN_N, or whose tail would exceed the head's limit (_TAIL_MAX_LANES, else head / _TAIL_MAX_FRACTION)
+    take one block: (next power of two, 0)."""
+    padded = max(_MIN_BLOCK_N, _next_power_of_2(n_cols))
+    head = padded // 2
+    tail = max(_MIN_BLOCK_N, _next_power_of_2(n_cols - head)) if n_cols > head else 0
+    max_tail = _TAIL_MAX_LANES.get(head, head // _TAIL_MAX_FRACTION)
+    if padded == n_cols or n_cols < _TAIL_MIN_N or tail > max_tail:
+        return padded, 0
+    return head, tail
+
+
+def plan_softmax(
+    n_rows: int,
+    n_cols: int,
+    dtype: torch.dtype,
+    impl: str = "auto",
+    allow_split_row: bool | None = None,
+    direction: str = "forward",
+) -> SoftmaxPlan:
+    """Launch plan for a row softmax over an n_rows x n_cols matrix; `direction` is "forward" or "backward"."""
+    if impl not in IMPLS:
+        raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"softmax: direction must be 'forward' or 'backward', got {direction!r}.")
+    if impl == "auto":
+        impl = choose_impl(n_cols, dtype, allow_split_row, direction)
+    if impl == "single_block":
+        padded = max(_MIN_BLOCK_N, _next_power_of_2(n_cols))
+        if padded > MAX_SINGLE_BLOCK_N:
+            raise ValueError(
+                f"softmax: impl='single_block' holds a row in registers and accepts N <= {MAX_SINGLE_BLOCK_N}, "
+                f"got N = {n_cols}; use impl='online' or impl='auto'."
+            )
+        block_n, tail_n = single_block_lanes(n_cols)
+        if tail_n:
+            num_warps = _TAIL_WARPS[block_n]
+        elif block_n <= _ONE_WARP_MAX_N.get(_element_size(dtype), 0):
+            num_warps = 1
+        else:
+            num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
+        rows = max(1, _LANES_PER_PROGRAM // (block_n + tail_n))  # block_n alone is a power of two here
+        return SoftmaxPlan("single_block", block_n, rows, num_warps, _cdiv(n_rows, rows), tail_n=tail_n)
+    if impl == "split_row":
+        block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
+        splits = _cdiv(n_cols, block_n)
+        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits)
+    block_n = min(_ONLINE_BLOCK_N[_element_size(dtype)], max(_MIN_BLOCK_N, _next_power_of_2(n_cols)))
+    return SoftmaxPlan("online", block_n, 1, _ONLINE_WARPS, n_rows)
+

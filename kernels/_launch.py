@@ -100,6 +100,8 @@ def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, **meta) -
         compiled = kernel.warmup(*args, grid=grid, **meta)
         if hasattr(compiled, "result"):  # asynchronous compilation hands back a future
             compiled = compiled.result()
+        if compiled is None:  # a jit_cache_hook took the compilation over: launch the ordinary way
+            return fallback
         launch = _raw_launcher(compiled, grid, device, tail, fallback)
     launch.fixed = fixed
     return launch

@@ -7,8 +7,9 @@ graphed routes give the right numbers (GPU; a CPU mode profiles the Python alone
 GPU mode, in about two minutes on an H100:
 * host time per call: wall time over 2000 back-to-back calls, best of 5, on one-row inputs (1 x 1024 fp32,
   and the split-row row 1 x 131072 bf16) so the GPU never limits it: torch.softmax against the lab's
-  softmax, forward, forward with requires_grad, and forward + backward through autograd (x.grad cleared
-  before each backward, for both). Targets: forward <= torch, forward + backward <= 1.5 x torch.
+  softmax, forward, forward with requires_grad, and forward + backward through autograd (y.backward with
+  x.grad cleared before each, and torch.autograd.grad as experiments/softmax_call_overhead.py calls it).
+  Targets: forward <= torch, forward + backward <= 1.5 x torch.
 * cProfile's top entries for the lab's forward and forward + backward.
 * correctness against float64: repeated eager calls (split-row counters must reset themselves), two
   streams at once, manual CUDA graph capture and replay, make_graphed_callables (forward + backward),
@@ -89,9 +90,13 @@ def call_cases(device: str, dtype: torch.dtype, n: int):
             f(xg).backward(dy)
         return step
 
+    def grad_of(f):
+        return lambda: torch.autograd.grad(f(xg), xg, dy)
+
     yield "forward", lambda: torch.softmax(x, -1), lambda: softmax(x)
     yield "forward, requires_grad", lambda: torch.softmax(xg, -1), lambda: softmax(xg)
     yield "forward + backward", backward_of(lambda t: torch.softmax(t, -1)), backward_of(softmax)
+    yield "forward + autograd.grad", grad_of(lambda t: torch.softmax(t, -1)), grad_of(softmax)
 
 
 def host_table(device: str) -> dict:

@@ -17,7 +17,8 @@ Each launch is described once (_fwd_launch, _bwd_launch) and run three ways:
 * eager calls look a route up by everything that fixes the plan and the compiled kernel: shape, strides,
   dtype, device, dim, impl and 16-byte alignment. A new layout is checked, planned and bound once
   (kernels/_launch.py); later calls allocate the output and launch, nothing else. A split-row launch takes
-  its counters from a per-stream workspace that its kernels leave zeroed, so CUDA graphs replay it too.
+  its counters from a per-stream workspace that its kernels leave zeroed, so it needs no memset; captured
+  into a CUDA graph, it gets counters of its own, zeroed inside the graph.
 * under torch.compile (and torch.export) the call is the operator torch.ops.kernel_lab.softmax, with its
   backward kernel_lab::softmax_backward registered for autograd; the kernels sit in the graph
   (torch.library.triton_op and wrap_triton; under the interpreter the ops are opaque custom ops).

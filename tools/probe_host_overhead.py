@@ -101,7 +101,8 @@ def call_cases(device: str, dtype: torch.dtype, n: int):
 
 def host_table(device: str) -> dict:
     rows = {}
-    for label, dtype, n in [("1x1024 fp32", torch.float32, 1024), ("1x131072 bf16 (split-row)", torch.bfloat16, 131072)]:
+    inputs = [("1x1024 fp32", torch.float32, 1024), ("1x131072 bf16 (split-row)", torch.bfloat16, 131072)]
+    for label, dtype, n in inputs:
         for case, torch_fn, lab_fn in call_cases(device, dtype, n):
             name = f"{label}: {case}"
             t_torch = host_us_per_call(torch_fn) if not CPU_STUB else None

@@ -161,20 +161,20 @@ def test_runner_refuses_cuda_without_a_gpu(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-def test_compile_limits_cover_every_point_of_every_run_in_one_process(monkeypatch):
+def test_compile_limits_cover_every_point_of_every_run_in_one_process():
     # The compiled references are shared across experiments in one process: 20 points already compiled by
     # earlier runs plus the 98 of this one must all fit, or the last points silently time eager PyTorch.
     import torch._dynamo
 
     config = torch._dynamo.config
-    monkeypatch.setattr(config, "accumulated_recompile_limit", config.accumulated_recompile_limit)
-    monkeypatch.setattr(config, "recompile_limit", 8)
-    allow_a_compile_per_point(20)
-    allow_a_compile_per_point(98)
-    assert config.recompile_limit >= 8 + 20 + 98
-    before = config.recompile_limit
-    allow_a_compile_per_point(2)
-    assert config.recompile_limit >= before + 2, "never lowered"
+    # config.patch restores both limits on exit (monkeypatch's undo leaves torch's config module without them).
+    with config.patch(recompile_limit=8, accumulated_recompile_limit=config.accumulated_recompile_limit):
+        allow_a_compile_per_point(20)
+        allow_a_compile_per_point(98)
+        assert config.recompile_limit >= 8 + 20 + 98
+        before = config.recompile_limit
+        allow_a_compile_per_point(2)
+        assert config.recompile_limit >= before + 2, "never lowered"
 
 
 @pytest.mark.parametrize("change, message", [

@@ -541,3 +541,40 @@ def test_backward_profiles_build_their_graph_once_and_drop_it_with_the_inputs(de
 def test_kernels_package_exports_add_rmsnorm():
     assert kernels.add_rmsnorm is add_rmsnorm
     assert Path(kernels.__file__).resolve().parent == Path(__file__).resolve().parents[1] / "kernels"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The write-up's counts follow from the byte models
+# ---------------------------------------------------------------------------------------------------------
+
+POST = Path(__file__).resolve().parents[1] / "docs" / "posts" / "kernel-fusion.md"
+
+
+def post_rows(prefix: str) -> list[list[str]]:
+    """Cells of the kernel-fusion post's table rows whose first cell starts with `prefix`."""
+    rows = []
+    for line in POST.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].startswith(prefix):
+            rows.append(cells)
+    return rows
+
+
+def test_post_counts_follow_the_byte_models():
+    from experiments import _add_rmsnorm as ar
+    from experiments.spec import Case
+
+    units = {"add + RMSNorm, forward": ("$5TH$", "$4TH$", "20%"), "add + RMSNorm, backward": ("$6TH$", "$4TH$", "33%")}
+    counted = {cells[0]: tuple(cells[1:]) for cells in post_rows("add + RMSNorm") if not cells[-1].endswith("MB")}
+    assert counted == units
+    case = Case("t", {"T": 16384, "H": 4096})
+    t, h = 16384, 4096
+    want = {  # the unfused path moves one more T x H tensor forward, two more backward
+        "add + RMSNorm, forward": ((5 * t * h + h) * 2, ar.forward_bytes(case, torch.bfloat16)),
+        "add + RMSNorm, backward": ((6 * t * h + 2 * h) * 2, ar.backward_bytes(case, torch.bfloat16)),
+    }
+    found = {cells[0]: cells for cells in post_rows("add + RMSNorm") if cells[-1].endswith("MB")}
+    assert set(found) == set(want)
+    for name, (unfused, fused) in want.items():
+        assert found[name][1] == "$T = 16384,\\ H = 4096$"
+        assert found[name][2:] == [f"{unfused / 1e6:.1f} MB", f"{fused / 1e6:.1f} MB"], name

@@ -433,3 +433,22 @@ def test_liger_backward_profile_differentiates_copies(device):
 
 def test_kernels_package_exports_swiglu():
     assert kernels.swiglu is swiglu and kernels.swiglu_packed is swiglu_packed
+
+
+def test_post_counts_follow_the_byte_models():
+    from test_add_rmsnorm import post_rows
+
+    from experiments import _swiglu as sw
+    from experiments.spec import Case
+
+    units = {"SwiGLU, forward": ("$5TI$", "$3TI$", "40%"), "SwiGLU, backward": ("$9TI$", "$5TI$", "44%")}
+    counted = {cells[0]: tuple(cells[1:]) for cells in post_rows("SwiGLU") if not cells[-1].endswith("MB")}
+    assert counted == units
+    case = Case("t", {"T": 4096, "I": 14336})
+    n = 4096 * 14336
+    want = {"SwiGLU, forward": (5 * n * 2, sw.forward_bytes(case, torch.bfloat16)),
+            "SwiGLU, backward": (9 * n * 2, sw.backward_bytes(case, torch.bfloat16))}
+    found = {cells[0]: cells for cells in post_rows("SwiGLU") if cells[-1].endswith("MB")}
+    assert set(found) == set(want)
+    for name, (unfused, fused) in want.items():
+        assert found[name][2:] == [f"{unfused / 1e6:.1f} MB", f"{fused / 1e6:.1f} MB"], name

@@ -7,8 +7,11 @@ that training launches with that implementation (eager autograd, the backward th
 AOTAutograd generated, a peer's autograd.Function, the lab's), and none of the forward's. Every profile
 starts from the same inputs, so each differentiates the forward output it produced itself.
 
-The graph is dropped when the inputs it was built for are garbage-collected (the runner frees a point's
-inputs before the next point draws its own), so at most one point's graphs are alive at a time.
+The eager-call clock (lab.measure.eager) cycles each call through copies of the point's inputs. A call made
+while the graph's own inputs are alive, with tensors of the same shapes, strides and dtypes, is taken as such
+a copy: it differentiates the same graph with its own upstream gradients, so the forward never runs inside
+a timed batch. The graph is dropped when the inputs it was built for are garbage-collected (the runner frees
+a point's inputs before the next point draws its own), so at most one point's graphs are alive at a time.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ def _drop(slot: dict, key: tuple) -> None:
         slot.clear()
 
 
+def _layout(t: torch.Tensor) -> tuple:
+    return tuple(t.shape), t.stride(), t.dtype, t.device
+
+
 def retained_backward(
     forward: Callable[..., Sequence[torch.Tensor] | torch.Tensor],
     leaves: tuple[str, ...],
@@ -39,11 +46,20 @@ def retained_backward(
     into the tensors it saved (the inputs themselves would be overwritten for every other profile).
     """
     slot: dict = {}
+    names = (*leaves, *grads)
+
+    def reusable(inputs) -> bool:
+        if not slot:
+            return False
+        originals = [ref() for ref in slot["refs"]]
+        if any(t is None for t in originals):
+            return False
+        if all(t is inputs[n] for t, n in zip(originals, names)):
+            return True
+        return slot["layout"] == tuple(_layout(inputs[n]) for n in names)  # a copy of the graph's inputs
 
     def run(**inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        names = (*leaves, *grads)
-        key = tuple(id(inputs[n]) for n in names)
-        if slot.get("key") != key or any(ref() is not inputs[n] for ref, n in zip(slot["refs"], names)):
+        if not reusable(inputs):
             slot.clear()
             leaf_tensors = [(inputs[n].detach().clone() if clone_leaves else inputs[n].detach()).requires_grad_()
                             for n in leaves]
@@ -51,7 +67,9 @@ def retained_backward(
             outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
             if len(outputs) != len(grads):
                 raise ValueError(f"the forward returned {len(outputs)} outputs for {len(grads)} upstream gradients")
-            slot.update(key=key, refs=[weakref.ref(inputs[n]) for n in names], leaves=leaf_tensors, outputs=outputs)
+            key = tuple(id(inputs[n]) for n in names)
+            slot.update(key=key, refs=[weakref.ref(inputs[n]) for n in names], leaves=leaf_tensors, outputs=outputs,
+                        layout=tuple(_layout(inputs[n]) for n in names))
             weakref.finalize(inputs[leaves[0]], functools.partial(_drop, slot, key))
         return torch.autograd.grad(slot["outputs"], slot["leaves"], [inputs[n] for n in grads], retain_graph=True)
 

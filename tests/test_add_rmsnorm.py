@@ -491,7 +491,7 @@ def test_make_inputs_are_deterministic_and_shaped():
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 def test_experiment_profiles_pass_their_accuracy_check(profile, direction, device):
     from experiments.spec import Case
-    from lab.runner import RowSelection, relative_error
+    from lab.measure.inputs import RowSelection, relative_error
 
     exp = _experiments()[direction == "backward"]
     case = Case("small", {"T": 9, "H": 72})
@@ -514,6 +514,7 @@ def test_backward_profiles_build_their_graph_once_and_drop_it_with_the_inputs(de
 
     from experiments._backward import retained_backward
     from experiments.spec import Case
+    from lab.measure.eager import input_copies
 
     calls = []
 
@@ -528,12 +529,22 @@ def test_backward_profiles_build_their_graph_once_and_drop_it_with_the_inputs(de
     second = run(**inputs)
     assert len(calls) == 1, "the forward runs once per set of inputs"
     assert all(torch.equal(a, b) for a, b in zip(first, second))
-    other = dict(inputs, dy=inputs["dy"].clone())
+    # The eager-call clock's copies of the inputs reuse the graph, each with its own upstream gradients.
+    copies = input_copies(inputs, 4)
+    for copy in copies[1:]:
+        copy["dy"].mul_(-2.0)
+        dx, dr, dgamma = run(**copy)
+        want_dx, want_dgamma = ref.add_rmsnorm_backward_float64(inputs["x"], inputs["residual"], inputs["gamma"],
+                                                                copy["dy"], copy["dh"], EPS)
+        assert rel_err(dx, want_dx) < 1e-5 and rel_err(dgamma, want_dgamma) < 1e-5
+    assert len(calls) == 1, "no forward inside a batch of copies"
+    # Another shape is another point: a new graph.
+    other = bwd.make_inputs(Case("s", {"T": 3, "H": 32}), torch.float32, device, torch.Generator().manual_seed(4))
     run(**other)
-    assert len(calls) == 2, "new inputs, new graph"
+    assert len(calls) == 2
     closure = dict(zip(run.__code__.co_freevars, (c.cell_contents for c in run.__closure__)))
     graph_output = weakref.ref(closure["slot"]["outputs"][0])
-    del inputs, other, first, second
+    del inputs, copies, other, first, second
     gc.collect()
     assert graph_output() is None and not closure["slot"], "the graph is dropped with its inputs"
 

@@ -9,7 +9,7 @@ import torch
 from sitetools import load_tool
 
 from experiments.spec import Case
-from lab.timing import CPU_TIMING, GPU_TIMING, make_clock
+from lab.measure.timing import CPU_TIMING, GPU_TIMING, make_clock
 
 tool = load_tool("gpu_check_fusions")
 

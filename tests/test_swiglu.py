@@ -389,7 +389,7 @@ def test_byte_models():
 @pytest.mark.parametrize("direction", ["forward", "backward"])
 def test_experiment_profiles_pass_their_accuracy_check(profile, direction, device):
     from experiments.spec import Case
-    from lab.runner import RowSelection, relative_error
+    from lab.measure.inputs import RowSelection, relative_error
 
     exp = _experiments()[direction == "backward"]
     case = Case("small", {"T": 3, "I": 37})

@@ -7,7 +7,7 @@
    experiments' tolerances. Any failure makes the exit status 1.
 2. Timing: forward and backward of the lab's kernel, eager torch, torch.compile and Liger (when it imports)
    at 4096x4096 and 16384x4096 (add + RMSNorm) and 4096x14336 (SwiGLU), bf16 and fp32, with the lab's own
-   GPU-time clock (lab.timing: L2 flushed before every call, device held while the host queues a round, so
+   GPU-time clock (lab.measure.timing: L2 flushed before every call, device held while the host queues a round, so
    launch overhead stays off the clock). Backward calls are torch.autograd.grad over each provider's own
    retained forward graph, as in the experiments. Percentages are of the copy ceiling measured here.
 3. Variants (tuning, not evidence): the backward plan's programs per SM, load stages and warps, and SwiGLU's
@@ -40,8 +40,8 @@ from experiments.spec import Case  # noqa: E402
 from kernels import reference_fusions as ref  # noqa: E402
 from kernels.add_rmsnorm import add_rmsnorm_bwd, add_rmsnorm_fwd, plan_add_rmsnorm, sm_count  # noqa: E402
 from kernels.swiglu import plan_swiglu, swiglu_bwd, swiglu_fwd  # noqa: E402
-from lab.runner import allow_a_compile_per_point  # noqa: E402
-from lab.timing import CudaEventClock, TimingParams, measure_copy_ceiling, time_interleaved  # noqa: E402
+from lab.measure.runner import allow_a_compile_per_point  # noqa: E402
+from lab.measure.timing import CudaEventClock, TimingParams, measure_copy_ceiling, time_interleaved  # noqa: E402
 
 PARAMS = TimingParams(warmup_rounds=3, min_samples=15, max_samples=40, target_seconds=0.04, copy_bytes=1 << 30,
                       copy_repeats=15)

@@ -146,12 +146,14 @@ _WARPS = {
     "backward": ((1024, 4), (4096, 8), (8192, 16), (MAX_H, 32)),
 }
 # Backward programs launched per SM (capped at one per row): each keeps a dgamma partial, so more programs
-# hide more memory latency but write more partials. Untuned, like the warps above.
-BWD_PROGRAMS_PER_SM = 2
+# hide more memory latency but write more partials. One a SM with three load stages measured best or level on
+# an H100 (notes/fusions.md: 85.2% of the copy ceiling at 4096 x 8192 bf16 against 78.0% for two and two
+# stages; 95.4% against 94.1% at 16384 x 4096 fp32; 90.1% against 89.7% at 16384 x 4096 bf16).
+BWD_PROGRAMS_PER_SM = 1
 # Rows of loads in flight a backward program (the loop's num_stages): each stage past the first holds one
 # row of dy, h and dh in shared memory, 3*BLOCK_H*size bytes, and must fit BWD_PREFETCH_SMEM_BYTES (an H100
 # block has 227 KiB; the rest is left to the row reduction): fp32 rows of 32,768 lanes run unpipelined.
-BWD_LOAD_STAGES = 2
+BWD_LOAD_STAGES = 3
 BWD_PREFETCH_SMEM_BYTES = 200 * 1024
 # Under the interpreter there is no SM count; this small one makes CPU tests run several rows a program.
 INTERPRETER_SM_COUNT = 2

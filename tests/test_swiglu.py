@@ -314,10 +314,10 @@ def test_row_launch_takes_the_largest_block_whose_row_padding_is_small(n_cols, d
 
 
 def test_block_choices_at_common_widths():
-    assert plan_swiglu(8, 14336).block == 2048  # 4096 would leave every row's fourth block half empty
-    assert plan_swiglu(8, 11008).block == 4096  # padding 1280 of 11008 elements: under an eighth
+    assert plan_swiglu(8, 14336).block == 2048  # seven whole blocks a row
+    assert plan_swiglu(8, 11008).block == 2048  # padding 1280 of 11008 elements: under an eighth
     assert plan_swiglu(1, 14336).block == BLOCK_SETTINGS["forward"][0]  # one row: flat, never shrunk
-    assert plan_swiglu(1, 10**6, "backward") == SwigluPlan(1, 10**6, 4096, 8, 245, 245, False)
+    assert plan_swiglu(1, 10**6, "backward") == SwigluPlan(1, 10**6, 1024, 8, 977, 977, False)
 
 
 def test_offsets_switch_to_64_bits_where_a_block_could_reach_2_to_the_31():

@@ -37,4 +37,22 @@ DECISIONS = (
         ),
         otherwise="Make no claim for or against the fusion until both shape classes have fresh, decisive evidence.",
     ),
+    Decision(
+        slug="fused-add-rmsnorm-swiglu",
+        title="Fused residual add + RMSNorm and SwiGLU",
+        question=(
+            "May the lab present its fused residual add + RMSNorm and SwiGLU kernels as at least as fast as "
+            "torch.compile and Liger for training, forward and backward?"
+        ),
+        experiments=("add-rmsnorm-fwd", "add-rmsnorm-bwd", "swiglu-fwd", "swiglu-bwd"),
+        if_supported=(
+            "Present both kernels as level with or faster than the best peer, forward and backward, at the measured "
+            "shapes on the GPUs listed."
+        ),
+        if_rejected=(
+            "Do not present them as a speed-up over the peers: at some shape and direction a peer was faster; the "
+            "experiment pages show where and by how much."
+        ),
+        otherwise="Make no claim either way until all four experiments have fresh, decisive evidence.",
+    ),
 )

@@ -4,7 +4,9 @@ Set TRITON_INTERPRET=1 before importing this package to run the kernels on the C
 interpreter (slow; the test suite does this on machines without CUDA).
 """
 
+from kernels.add_rmsnorm import add_rmsnorm
 from kernels.rmsnorm_linear import rmsnorm_linear
 from kernels.softmax import softmax
+from kernels.swiglu import swiglu, swiglu_packed
 
-__all__ = ["rmsnorm_linear", "softmax"]
+__all__ = ["add_rmsnorm", "rmsnorm_linear", "softmax", "swiglu", "swiglu_packed"]

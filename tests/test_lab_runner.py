@@ -140,6 +140,43 @@ def test_a_huge_case_is_checked_on_its_first_and_last_rows(tmp_path):
     assert point.results["last-row-broken"].status == "incorrect", "the last rows are among those checked"
 
 
+def _softmax_and_row_max(x):
+    return torch.softmax(x, -1), x.amax(-1)
+
+
+def _softmax_and_wrong_row_max(x):
+    return torch.softmax(x, -1), x.amax(-1) * 1.01  # the small output alone is wrong
+
+
+def _softmax_and_a_nan(x):
+    m = x.amax(-1)
+    m[0] = float("nan")
+    return torch.softmax(x, -1), m
+
+
+def test_several_outputs_are_checked_one_by_one_and_the_largest_error_counts(tmp_path):
+    experiment = tiny_experiment(
+        cases=(Case("16x32", {"M": 16, "N": 32}),),
+        profiles=(Profile("pair", "softmax and row max", _softmax_and_row_max),
+                  Profile("wrong-max", "row max 1% high", _softmax_and_wrong_row_max),
+                  Profile("nan-max", "one NaN in the row max", _softmax_and_a_nan),
+                  Profile("one-output", "softmax alone", lambda x: torch.softmax(x, -1)),
+                  Profile("three-outputs", "one output too many", lambda x: (x, x, x))),
+        claim=Claim("pair", ("wrong-max",), 1.0, "pair is faster", "pair claim"),
+        reference=lambda x: _softmax_and_row_max(x.double()),
+        row_inputs=("x",),
+    )
+    for budget in (1 << 22, 4 * 32):  # every row, then the first and last two
+        point = measure_point(experiment, experiment.cases[0], torch.float32, device=DEVICE,
+                              clock=WallClock(1 << 12), params=FEW, ceiling_gbps=1.0, check_budget=budget)
+        r = point.results
+        assert r["pair"].status == "ok" and r["pair"].rel_error < 1e-6
+        assert r["wrong-max"].status == "incorrect" and r["wrong-max"].rel_error == pytest.approx(0.01, rel=1e-3)
+        assert r["nan-max"].status == "incorrect" and "output 1: output holds NaN" in r["nan-max"].reason
+        assert r["one-output"].status == "incorrect" and "returned Tensor, not the reference's 2 outputs" in r["one-output"].reason
+        assert "returned 3 outputs" in r["three-outputs"].reason
+
+
 def test_a_failing_input_builder_marks_every_profile_of_that_point_and_the_run_goes_on():
     def inputs(case, dtype, device, gen):
         if case["N"] == 48:

@@ -104,8 +104,32 @@ def select_rows(experiment: Experiment, inputs: Mapping[str, torch.Tensor], budg
     return RowSelection(index, per_end, n_rows)
 
 
-def relative_error(out: Any, ref: torch.Tensor, rows: RowSelection) -> tuple[float | None, str | None]:
-    """‖out − ref‖ / ‖ref‖ in float64 over the checked rows, or (None, why the output cannot be compared)."""
+def as_float64(ref: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    """The reference in float64: one tensor, or a tuple of them for an operation with several outputs."""
+    if isinstance(ref, (tuple, list)):
+        return tuple(t.double() for t in ref)
+    return ref.double()
+
+
+def relative_error(out: Any, ref: torch.Tensor | tuple[torch.Tensor, ...], rows: RowSelection
+                   ) -> tuple[float | None, str | None]:
+    """‖out − ref‖ / ‖ref‖ in float64 over the checked rows, or (None, why the output cannot be compared).
+
+    A tuple `ref` takes a tuple or list `out` of as many tensors, each compared with its own reference; the
+    error is the largest of theirs, so a small output (a weight gradient beside an activation gradient) is
+    held to the tolerance on its own scale. Row selection applies to every output alike.
+    """
+    if isinstance(ref, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(ref):
+            got = f"{len(out)} outputs" if isinstance(out, (tuple, list)) else type(out).__name__
+            return None, f"returned {got}, not the reference's {len(ref)} outputs"
+        errors = []
+        for i, (one, one_ref) in enumerate(zip(out, ref)):
+            error, why = relative_error(one, one_ref, rows)
+            if error is None:
+                return None, f"output {i}: {why}"
+            errors.append(error)
+        return max(errors), None
     if not isinstance(out, torch.Tensor):
         return None, f"returned {type(out).__name__}, not a tensor"
     checked = out if rows.index is None else out.index_select(0, rows.index)

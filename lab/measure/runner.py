@@ -5,7 +5,9 @@ profile is then, in order:
 
 1. skipped as "unsupported" (its own reason) or "unavailable" (an optional peer that does not import);
 2. checked for correctness against the reference, ‖out − ref‖ / ‖ref‖ <= the experiment's tolerance for the
-   dtype (NaN fails): a mismatch is "incorrect", recorded and never timed;
+   dtype (NaN fails): a mismatch is "incorrect", recorded and never timed. A profile that returns several
+   tensors (a tuple) is checked output by output against a reference returning as many; its error is the
+   largest of theirs;
 3. timed with the profiles that passed, in interleaved rounds (lab.measure.timing).
 
 Any exception inside one profile (out of memory, Triton's OutOfResources, a bad launch) becomes that
@@ -56,6 +58,7 @@ from lab.measure.eager import (
 from lab.measure.environment import capture_environment, command_line, git_state
 from lab.measure.inputs import (
     CHECK_ELEMENT_BUDGET,
+    as_float64,
     json_ready,
     draw_inputs,
     dtype_name,
@@ -154,7 +157,7 @@ def measure_point(
             name: (t.index_select(0, rows.index) if rows.index is not None and name in experiment.row_inputs else t)
             for name, t in inputs.items()
         }
-        ref = experiment.reference(**reference_inputs).double()
+        ref = as_float64(experiment.reference(**reference_inputs))
     except Exception as exc:  # noqa: BLE001 - the whole point fails, the run goes on
         clock.release()
         failure = f"inputs or reference failed: {describe_exception(exc)}"

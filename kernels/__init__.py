@@ -4,7 +4,8 @@ Set TRITON_INTERPRET=1 before importing this package to run the kernels on the C
 interpreter (slow; the test suite does this on machines without CUDA).
 """
 
+from kernels.attention import attention
 from kernels.rmsnorm_linear import rmsnorm_linear
 from kernels.softmax import softmax
 
-__all__ = ["rmsnorm_linear", "softmax"]
+__all__ = ["attention", "rmsnorm_linear", "softmax"]

@@ -31,7 +31,8 @@ class Case:
 class Profile:
     """One implementation under test.
 
-    run: called with the experiment's inputs as keyword arguments; returns the output tensor.
+    run: called with the experiment's inputs as keyword arguments; returns the output tensor (or a tuple of
+        tensors, as many as the experiment's reference returns: e.g. a backward's gradients).
     sources: repository paths whose contents define this profile (hashed into every record: a change
         marks old evidence stale).
     plan: the launch plan it will use for a case and dtype, recorded beside the timing (None if opaque).
@@ -71,7 +72,7 @@ class Experiment:
     dtypes: tuple[torch.dtype, ...]
     profiles: tuple[Profile, ...]
     make_inputs: Callable[[Case, torch.dtype, str, torch.Generator], Inputs]
-    reference: Callable[..., torch.Tensor]  # float64 result from the same inputs
+    reference: Callable[..., torch.Tensor | tuple]  # float64 result from the same inputs (a tuple: checked part by part)
     bytes_moved: Callable[[Case, torch.dtype], int]  # the byte model (model throughput = bytes / time)
     byte_model: str  # the same model in words, for the page: "forward: 2·M·N·size"
     evidence_boundary: str

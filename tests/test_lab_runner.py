@@ -140,6 +140,32 @@ def test_a_huge_case_is_checked_on_its_first_and_last_rows(tmp_path):
     assert point.results["last-row-broken"].status == "incorrect", "the last rows are among those checked"
 
 
+def _softmax_and_double(x):
+    return torch.softmax(x.double(), -1), 2 * x.double()
+
+
+def test_an_output_of_several_tensors_is_checked_part_by_part():
+    # A backward returns several gradients: each part is compared with its own reference part, and the
+    # recorded error is the worst part's.
+    experiment = tiny_experiment(
+        cases=(Case("4x32", {"M": 4, "N": 32}),),
+        profiles=(Profile("torch", "both parts right", lambda x: (torch.softmax(x, -1), 2 * x)),
+                  Profile("kernel", "a list is accepted too", lambda x: [softmax(x, -1), 2 * x]),
+                  Profile("second-part-wrong", "the second part off by half", lambda x: (torch.softmax(x, -1), 3 * x)),
+                  Profile("one-part", "a single tensor where two are due", lambda x: torch.softmax(x, -1)),
+                  Profile("nan-part", "NaN in the second part", lambda x: (torch.softmax(x, -1), x * float("nan")))),
+        reference=_softmax_and_double,
+    )
+    point = measure_point(experiment, experiment.cases[0], torch.float32, device=DEVICE, clock=WallClock(1 << 12),
+                          params=FEW, ceiling_gbps=1.0)
+    r = point.results
+    assert r["torch"].status == "ok" and r["torch"].rel_error < 1e-6
+    assert r["kernel"].status == "ok"
+    assert r["second-part-wrong"].status == "incorrect" and r["second-part-wrong"].rel_error == pytest.approx(0.5)
+    assert r["one-part"].status == "incorrect" and "not 2 tensors" in r["one-part"].reason
+    assert r["nan-part"].status == "incorrect" and r["nan-part"].reason.startswith("part 1: output holds NaN")
+
+
 def test_a_failing_input_builder_marks_every_profile_of_that_point_and_the_run_goes_on():
     def inputs(case, dtype, device, gen):
         if case["N"] == 48:

@@ -104,8 +104,22 @@ def select_rows(experiment: Experiment, inputs: Mapping[str, torch.Tensor], budg
     return RowSelection(index, per_end, n_rows)
 
 
-def relative_error(out: Any, ref: torch.Tensor, rows: RowSelection) -> tuple[float | None, str | None]:
-    """‖out − ref‖ / ‖ref‖ in float64 over the checked rows, or (None, why the output cannot be compared)."""
+def relative_error(out: Any, ref: torch.Tensor | tuple, rows: RowSelection) -> tuple[float | None, str | None]:
+    """‖out − ref‖ / ‖ref‖ in float64 over the checked rows, or (None, why the output cannot be compared).
+
+    A reference of several tensors (a backward's gradients) takes an output of as many, compared part by
+    part; the error is the largest part's, so no part hides behind a larger one.
+    """
+    if isinstance(ref, tuple):
+        if not isinstance(out, (tuple, list)) or len(out) != len(ref):
+            return None, f"returned {type(out).__name__}, not {len(ref)} tensors"
+        errors = []
+        for part, (o, r) in enumerate(zip(out, ref)):
+            error, why = relative_error(o, r, rows)
+            if error is None:
+                return None, f"part {part}: {why}"
+            errors.append(error)
+        return max(errors), None
     if not isinstance(out, torch.Tensor):
         return None, f"returned {type(out).__name__}, not a tensor"
     checked = out if rows.index is None else out.index_select(0, rows.index)
@@ -117,3 +131,10 @@ def relative_error(out: Any, ref: torch.Tensor, rows: RowSelection) -> tuple[flo
     if not math.isfinite(error):
         return None, "output holds NaN or infinity where the reference does not"
     return error, None
+
+
+def in_float64(ref: torch.Tensor | tuple | list) -> torch.Tensor | tuple:
+    """The reference's result in float64: one tensor, or a tuple of them."""
+    if isinstance(ref, (tuple, list)):
+        return tuple(t.double() for t in ref)
+    return ref.double()

@@ -59,6 +59,7 @@ from lab.measure.inputs import (
     json_ready,
     draw_inputs,
     dtype_name,
+    in_float64,
     input_seed,
     new_run_id,
     relative_error,
@@ -154,7 +155,7 @@ def measure_point(
             name: (t.index_select(0, rows.index) if rows.index is not None and name in experiment.row_inputs else t)
             for name, t in inputs.items()
         }
-        ref = experiment.reference(**reference_inputs).double()
+        ref = in_float64(experiment.reference(**reference_inputs))
     except Exception as exc:  # noqa: BLE001 - the whole point fails, the run goes on
         clock.release()
         failure = f"inputs or reference failed: {describe_exception(exc)}"

@@ -21,9 +21,9 @@ head h reads key/value head h // (H / Hkv)):
   (2*B*H*Sq*D + 2*B*Hkv*Sk*D) * size + 4*B*H*Sq. Each program re-reads its head's K and V, once per block
   of BLOCK_M queries; those re-reads are served mostly by L2.
 * backward: Q, K, V, O, dO and lse read, dQ, dK, dV written; the delta pass reads O and dO once more.
-* unfused (kernels/reference.py): the B*H*Sq*Sk scores are written and read back several times, in bf16
-  and fp32: at S = 16,384 that is 4 GiB per copy per head pair group, where the fused kernels hold one
-  BLOCK_M x BLOCK_N tile per program on chip.
+* unfused (kernels/reference_attention.py): the B*H*Sq*Sk scores are written and read back several times,
+  in bf16 and fp32: at S = 16,384 with 16 heads, 2^32 scores, 16 GiB for each fp32 copy, where the fused
+  kernels hold one BLOCK_M x BLOCK_N tile of them per program, on chip.
 
 Causal masking with Sq != Sk aligns bottom-right, as FlashAttention-2 (>= 2.1) does: query i sees key j
 when j <= i + (Sk - Sq), so the last query sees every key. torch's SDPA `is_causal=True` aligns top-left

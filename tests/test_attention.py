@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import kernels
-from kernels import reference
+from kernels import reference_attention as reference
 from kernels.attention import (
     _TILES,
     HEAD_DIMS,

@@ -497,7 +497,8 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         q, k, v, o, lse, k_desc, v_desc, seq_q, seq_k, n_heads, n_heads // n_kv_heads, scale * LOG2E,
         *_strides(q), *_strides(k), *_strides(v), *_strides(o),
         HEAD_DIM=head_dim, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, CAUSAL=causal, USE_TMA=use_tma,
-        WARP_SPECIALIZE=use_tma and plan.warp_specialize, DOT_F32=_dot_f32(q), num_warps=plan.num_warps, num_stages=plan.num_stages,
+        WARP_SPECIALIZE=use_tma and plan.warp_specialize, DOT_F32=_dot_f32(q),
+        num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
     return o, lse
 

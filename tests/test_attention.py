@@ -379,8 +379,11 @@ def test_the_public_function_runs_the_planned_tiles(device, gen, monkeypatch):
 
     seen = []
     real = module.attention_fwd
-    monkeypatch.setattr(module, "attention_fwd",
-                        lambda q, k, v, causal, scale, plan=None: seen.append(plan) or real(q, k, v, causal, scale, plan))
+    def spy(q, k, v, causal, scale, plan=None):
+        seen.append(plan)
+        return real(q, k, v, causal, scale, plan)
+
+    monkeypatch.setattr(module, "attention_fwd", spy)
     q, k, v = _inputs((1, 1, 1, 20, 20, 64), torch.float16, device, gen)
     attention(q, k, v)
     assert seen == [None]  # None: attention_fwd asks plan_attention, tested above
@@ -403,8 +406,8 @@ def _ok(device, **kw):
     (lambda d: {"q": [1.0]}, TypeError, "q must be a torch.Tensor, got list"),
     (lambda d: {"k": torch.zeros(2, 8, 64, device=d)}, ValueError,
      r"k has 3 dimensions \(shape \(2, 8, 64\)\); expected 4: \(batch, heads, seq, head_dim\)"),
-    (lambda d: {n: torch.zeros(s, device=d) for n, s in (("q", (1, 4, 8, 64)), ("k", (1, 2, 8, 64)), ("v", (1, 2, 8, 64)))},
-     TypeError, "q has dtype float32; supported dtypes are float16, bfloat16"),
+    (lambda d: {n: t.float() for n, t in _ok(d).items()}, TypeError,
+     "q has dtype float32; supported dtypes are float16, bfloat16"),
     (lambda d: {"v": torch.zeros(1, 2, 8, 64, dtype=torch.bfloat16, device=d)}, TypeError,
      "q, k and v must share one dtype, got q float16, k float16, v bfloat16"),
     (lambda d: {"v": torch.zeros(1, 2, 9, 64, dtype=torch.float16, device=d)}, ValueError,
@@ -436,3 +439,15 @@ def test_cpu_tensors_without_the_interpreter_name_both_ways_out(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match=r"(?s)x\.cuda\(\).*TRITON_INTERPRET=1"):
         attention(**_ok("cpu"))
+
+
+@pytest.mark.parametrize("warp_specialize", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tensor_descriptor_loads_match_pointer_loads(causal, warp_specialize, device, gen):
+    # The forward's TMA option loads K and V through tensor descriptors, which zero-fill past seq_k: the
+    # same tiles as the masked pointer loads, so the same output bit for bit.
+    q, k, v = _inputs((1, 4, 2, 37, 29, 64), torch.bfloat16, device, gen)
+    tma = AttentionPlan("forward", 16, 16, 4, 1, tma=True, warp_specialize=warp_specialize)
+    o, lse = attention_fwd(q, k, v, causal, 0.125, tma)
+    o_ptr, lse_ptr = attention_fwd(q, k, v, causal, 0.125, SMALL)
+    assert torch.equal(o, o_ptr) and torch.equal(lse, lse_ptr)

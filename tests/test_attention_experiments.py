@@ -13,8 +13,8 @@ from conftest import DEVICE
 from experiments import _attention as at
 from experiments import get_experiment
 from experiments.spec import Case
-from lab.runner import measure_point
-from lab.timing import TimingParams, WallClock
+from lab.measure.runner import measure_point
+from lab.measure.timing import TimingParams, WallClock
 
 FEW = TimingParams(warmup_rounds=1, min_samples=2, max_samples=2, target_seconds=0.0, copy_bytes=1 << 20,
                    copy_repeats=2)

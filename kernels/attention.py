@@ -20,7 +20,10 @@ head h reads key/value head h // (H / Hkv)):
 * forward: at least Q, K, V read once and O written once, lse (fp32) written:
   (2*B*H*Sq*D + 2*B*Hkv*Sk*D) * size + 4*B*H*Sq. Each program re-reads its head's K and V, once per block
   of BLOCK_M queries; those re-reads are served mostly by L2.
-* backward: Q, K, V, O, dO and lse read, dQ, dK, dV written; the delta pass reads O and dO once more.
+* backward: at least Q, O, dO, K and V read and dQ, dK, dV written,
+  (4*B*H*Sq*D + 4*B*Hkv*Sk*D) * size, plus lse and delta (fp32, 4*B*H*Sq each); the delta pass reads O
+  and dO once more. The dK/dV programs re-read their group's Q and dO once per block of BLOCK_N keys, the
+  dQ programs their head's K and V once per block of BLOCK_M queries.
 * unfused (kernels/reference_attention.py): the B*H*Sq*Sk scores are written and read back several times,
   in bf16 and fp32: at S = 16,384 with 16 heads, 2^32 scores, 16 GiB for each fp32 copy, where the fused
   kernels hold one BLOCK_M x BLOCK_N tile of them per program, on chip.
@@ -57,6 +60,8 @@ HEAD_DIMS = (64, 128)
 DIRECTIONS = ("forward", "backward_kv", "backward_q")
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+_LOG2E = tl.constexpr(LOG2E)  # the same constants, readable inside the kernels
+_LN2 = tl.constexpr(LN2)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -173,7 +178,7 @@ def _attention_fwd_kernel(
     empty = d == 0.0
     d_safe = tl.where(empty, 1.0, d)
     o = acc / d_safe[:, None]
-    lse = tl.where(empty, -float("inf"), (m + tl.log2(d_safe)) * 0.6931471805599453)
+    lse = tl.where(empty, -float("inf"), (m + tl.log2(d_safe)) * _LN2)
     o_rows = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh + offs_m.to(tl.int64)[:, None] * stride_os
     tl.store(o_rows + offs_d[None, :], o.to(o_ptr.dtype.element_ty), mask=row_in[:, None])
     tl.store(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, lse, mask=row_in)
@@ -215,12 +220,12 @@ def _bwd_kv_tiles(dk, dv, k, v, q_base, do_base, lse_base, delta_base, q_offs, d
             row_in = offs_m < seq_q
             q = tl.load(q_base + step * stride_qs + q_offs, mask=row_in[:, None], other=0.0)
             do = tl.load(do_base + step * stride_dos + do_offs, mask=row_in[:, None], other=0.0)
-            lse2 = tl.load(lse_base + offs_m, mask=row_in, other=float("inf")) * 1.4426950408889634
+            lse2 = tl.load(lse_base + offs_m, mask=row_in, other=float("inf")) * _LOG2E
             delta = tl.load(delta_base + offs_m, mask=row_in, other=0.0)
         else:
             q = tl.load(q_base + step * stride_qs + q_offs)
             do = tl.load(do_base + step * stride_dos + do_offs)
-            lse2 = tl.load(lse_base + offs_m) * 1.4426950408889634
+            lse2 = tl.load(lse_base + offs_m) * _LOG2E
             delta = tl.load(delta_base + offs_m)
         s_t = _mma(k, tl.trans(q), None, DOT_F32)
         p_t = tl.exp2(s_t * qk_scale - lse2[None, :])
@@ -357,7 +362,7 @@ def _attention_bwd_q_kernel(
     do = tl.load(do_ptr + b.to(tl.int64) * stride_dob + h.to(tl.int64) * stride_doh + rows * stride_dos
                  + offs_d[None, :], mask=row_in[:, None], other=0.0)
     # Rows past seq_q take lse = +inf, so their P is 0 without a row mask in the loop.
-    lse2 = tl.load(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_in, other=float("inf")) * 1.4426950408889634
+    lse2 = tl.load(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_in, other=float("inf")) * _LOG2E
     delta = tl.load(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_in, other=0.0)
     k_base = k_ptr + b.to(tl.int64) * stride_kb + h_kv.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + h_kv.to(tl.int64) * stride_vh
@@ -604,8 +609,9 @@ def check_attention_inputs(op: str, q, k, v, causal, scale) -> None:
         raise TypeError(f"{op}: causal must be a bool, got {type(causal).__name__}.")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"{op}: scale must be a real number or None, got {type(scale).__name__}.")
-    if scale is not None and not math.isfinite(scale):
-        raise ValueError(f"{op}: scale must be finite, got {scale}.")
+    if scale is not None and not (math.isfinite(scale) and scale >= 0):
+        # The unmasked tiles take the row maximum of the unscaled scores: right for any scale >= 0.
+        raise ValueError(f"{op}: scale must be finite and >= 0, got {scale}.")
     check_device(op, q, k, v)
 
 
@@ -616,8 +622,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim), kv_heads dividing heads
     (query head h uses key/value head h // (heads / kv_heads), as torch's SDPA with enable_gqa=True).
     dtype float16 or bfloat16, one for all three; head_dim 64 or 128; any sequence lengths (seq_k may differ
-    from seq_q) and strides. On CUDA, or on the CPU with TRITON_INTERPRET=1. scale defaults to
-    1/sqrt(head_dim). causal=True hides key j from query i unless j <= i + seq_k - seq_q (bottom-right
+    from seq_q) and strides. On CUDA, or on the CPU with TRITON_INTERPRET=1. scale: finite and >= 0,
+    1/sqrt(head_dim) by default. causal=True hides key j from query i unless j <= i + seq_k - seq_q (bottom-right
     alignment, as FlashAttention-2; torch's is_causal aligns top-left, the same when seq_q == seq_k). A query
     that sees no key gets zeros. Math in fp32 (P rounded to the input dtype before P V, as in
     FlashAttention).

@@ -431,8 +431,10 @@ def test_bad_flags(device):
         attention(**_ok(device), causal=1)
     with pytest.raises(TypeError, match="scale must be a real number or None, got str"):
         attention(**_ok(device), scale="0.1")
-    with pytest.raises(ValueError, match="scale must be finite, got inf"):
+    with pytest.raises(ValueError, match="scale must be finite and >= 0, got inf"):
         attention(**_ok(device), scale=math.inf)
+    with pytest.raises(ValueError, match="scale must be finite and >= 0, got -0.5"):
+        attention(**_ok(device), scale=-0.5)
 
 
 def test_cpu_tensors_without_the_interpreter_name_both_ways_out(monkeypatch):

@@ -401,11 +401,16 @@ _TILES = {
     ("forward", 128): (128, 64, 8, 3),
     # backward_kv: a program holds block_n keys and streams block_m queries at a time.
     ("backward_kv", 64): (64, 128, 8, 2),
-    ("backward_kv", 128): (64, 64, 8, 2),
+    ("backward_kv", 128): (64, 128, 8, 2),
     # backward_q: a program holds block_m queries and streams block_n keys at a time.
     ("backward_q", 64): (128, 64, 8, 2),
-    ("backward_q", 128): (128, 64, 8, 2),
+    ("backward_q", 128): (128, 128, 8, 2),
 }
+# Measured on an H100 (tools/gpu_check_attention.py, B·S = 16,384, H·D = 2,048, S 2,048 and 8,192, causal and
+# not, bf16; notes/attention.md): at head_dim 128 the forward through tensor descriptors (TMA) ran 0.70–0.77x
+# of cuDNN against 0.62–0.68x without, and the backward's 128-key dK/dV tiles with 128x128 dQ tiles
+# 0.65–0.69x against 0.39–0.43x for the 64-key tiles first tabled. Head dim 64 has not been measured yet.
+_FORWARD_TMA_HEAD_DIMS = (128,)
 # Forward launches for at most this many queries take 64-query tiles on 4 warps: a 128-row tile would leave
 # at least half its rows empty (short prompts, decode-like steps).
 SHORT_QUERY_MAX = 64
@@ -442,9 +447,10 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
         raise TypeError(f"attention: dtype {str(dtype).removeprefix('torch.')} is not supported; supported "
                         "dtypes are float16, bfloat16.")
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
+    tma = direction == "forward" and head_dim in _FORWARD_TMA_HEAD_DIMS
     if direction == "forward" and seq_q <= SHORT_QUERY_MAX:
         block_m, num_warps = _SHORT_QUERY_TILE
-    return AttentionPlan(direction, block_m, block_n, num_warps, num_stages)
+    return AttentionPlan(direction, block_m, block_n, num_warps, num_stages, tma=tma)
 
 
 def plan_attention_backward(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool) -> tuple:
@@ -494,7 +500,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         o.zero_()
         lse.fill_(-math.inf)
         return o, lse
-    use_tma = plan.tma and _tma_fits(k, v)
+    use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None
     v_desc = _tma_descriptor(v, plan.block_n) if use_tma else None
     grid = (triton.cdiv(seq_q, plan.block_m) * batch * n_heads,)

@@ -5,8 +5,9 @@ interpreter (slow; the test suite does this on machines without CUDA).
 """
 
 from kernels.add_rmsnorm import add_rmsnorm
+from kernels.attention import attention
 from kernels.rmsnorm_linear import rmsnorm_linear
 from kernels.softmax import softmax
 from kernels.swiglu import swiglu, swiglu_packed
 
-__all__ = ["add_rmsnorm", "rmsnorm_linear", "softmax", "swiglu", "swiglu_packed"]
+__all__ = ["add_rmsnorm", "attention", "rmsnorm_linear", "softmax", "swiglu", "swiglu_packed"]

@@ -141,3 +141,4 @@ def relative_error(out: Any, ref: torch.Tensor | tuple[torch.Tensor, ...], rows:
     if not math.isfinite(error):
         return None, "output holds NaN or infinity where the reference does not"
     return error, None
+

@@ -1,0 +1,53 @@
+"""Fused attention forward against torch's SDPA backends and the unfused path, bf16, B·S = 16,384, H·D = 2,048."""
+
+import torch
+
+from experiments import _attention as at
+from experiments.spec import Claim, Experiment
+
+EXPERIMENT = Experiment(
+    slug="attention-fwd",
+    title="Fused attention: forward",
+    question=(
+        "At B·S = 16,384 tokens and H·D = 2,048 (bfloat16), over S = 1,024 … 16,384 and a ragged 3,000, head dims "
+        "64 and 128, causal and not, is the lab's fused attention forward at least as fast as the best of torch's "
+        "SDPA backends (cuDNN, FlashAttention-2, memory-efficient) and the compiled unfused path?"
+    ),
+    focus="Attention forward",
+    why=(
+        "Unfused attention writes its B·H·S² scores to memory and reads them back, several times and in fp32: "
+        "at S = 16,384 that is gigabytes per layer where the inputs are megabytes, and it stops fitting at all "
+        "long before the fused kernels do. The online softmax lets a kernel keep one tile of scores on chip and "
+        "never write them; what remains is a compute-bound loop of two tile products, where the measure is "
+        "TFLOP/s against the best fused kernels torch ships."
+    ),
+    claim=Claim(
+        subject="triton-fused",
+        baselines=at.BASELINES,
+        threshold=1.0,
+        statement="the lab's fused forward is at least as fast as the best of the SDPA backends and torch.compile at every point",
+        short="attention forward claim",
+    ),
+    cases=at.cases(),
+    dtypes=(torch.bfloat16,),
+    profiles=at.profiles("forward"),
+    make_inputs=at.forward_inputs,
+    reference=at.forward_reference,
+    bytes_moved=at.forward_bytes,
+    byte_model=(
+        "forward: 4·B·H·S·D·size + 4·B·H·S bytes (Q, K and V read once, O written once, the fp32 lse written): "
+        "the least a fused kernel moves. The unfused path also writes and reads its B·H·S² scores, 12 bytes a "
+        "score (S in bf16, S and P in fp32, P in bf16); each case's description gives that count"
+    ),
+    flops=at.flops,
+    metrics=("latency", "throughput", "tflops"),
+    evidence_boundary=(
+        "Forward only, bfloat16, no dropout, no attention mask other than causal, equal query and key lengths, "
+        "as many key/value heads as query heads, contiguous (B, H, S, D) inputs; one GPU model, L2 flushed before "
+        "every call. TFLOP/s counts 4·B·H·S²·D, halved when causal, whatever an implementation computes. GB/s is "
+        "model throughput against the fused minimum and says little for a compute-bound kernel. The unfused "
+        "paths are not run past 16 GiB of scores."
+    ),
+    tolerance=at.FORWARD_TOLERANCE,
+    source_file="experiments/attention_fwd.py",
+)

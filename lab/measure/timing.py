@@ -51,7 +51,7 @@ class TimingParams:
     copy_repeats: int
 
 
-GPU_TIMING = TimingParams(warmup_rounds=5, min_samples=30, max_samples=100, target_seconds=0.15,
+GPU_TIMING = TimingParams(warmup_rounds=3, min_samples=20, max_samples=60, target_seconds=0.1,
                           copy_bytes=1 << 30, copy_repeats=15)
 # Under the interpreter a call takes milliseconds to seconds and the figures mean nothing: a few samples
 # exercise the same code path.

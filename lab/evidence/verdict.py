@@ -194,7 +194,7 @@ def judge_point(experiment: Experiment, point: Point, clock: str = GPU_TIME) -> 
     elif word == LEVEL:
         effect, why = NEITHER, f"level with {best}: {bounds} lies within {1 - m:.3f}–{1 + m:.3f}, a tie, not a win"
     else:
-        effect, why = NEITHER, f"{bounds} is too wide to place against {1 - m:.3f}–{1 + m:.3f}"
+        effect, why = NEITHER, f"{bounds} crosses an edge of the tie band {1 - m:.3f}–{1 + m:.3f}"
     return PointJudgement(point.case, point.dtype, word, effect, best, interval, why)
 
 

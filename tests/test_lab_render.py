@@ -167,7 +167,7 @@ def test_the_history_keeps_every_run_with_the_verdict_its_data_gives(outputs):
     newest, older = rows
     assert "kl-badge--inconclusive" in newest and "newest, stale" in newest
     assert "kl-badge--rejected" in older and "superseded" in older and "`0123456789 (dirty)`" in older
-    assert history.count('class="kl-tick ') == 2
+    assert history.count('{ .kl-tick .kl-tick--') == 2
 
 
 def test_the_summary_card_and_the_gpus_side_by_side(outputs):
@@ -226,3 +226,61 @@ def test_writing_replaces_only_generated_files(tmp_path, outputs):
                                      "experiments/retired.md"]
     assert hand_written.read_text(encoding="utf-8") == "# Notes written by hand\n"
     assert not list(docs.rglob(".*.tmp"))
+
+
+# ---- the eager-call clock on the reader's views ------------------------------------------------------------
+
+
+def _eager_evidence():
+    """Two GPUs: A measured both clocks (the subject wins on GPU time, ties on the eager call), B only GPU time."""
+    from dataclasses import replace as swap
+
+    import lab_synthetic as syn
+
+    from experiments.spec import PARITY
+    from lab.evidence.records import EagerMethod, EagerResult
+    from lab.evidence.stats import summarize
+
+    def eager(ms):
+        s = summarize([ms] * 12)
+        return EagerResult(tuple([ms] * 12), tuple([ms / 2] * 12), 50, s.p20, s.p50, s.p80, ms / 2,
+                           128 / (ms * 1e-3) / 1e9)
+
+    experiment = syn.experiment(kind=PARITY, margin=0.02)
+    hashes = {"kernels/k.py": "a" * 64}
+    both = syn.point({"subject": swap(syn.timed([1.0] * 30), eager=eager(5.0)),
+                      "base": swap(syn.timed([1.5] * 30), eager=eager(5.02))})
+    method = EagerMethod("host clock", 1 << 20, 1, 12, 0.004, 10, 1000, 64)
+    run_a = swap(syn.run([both], hashes=hashes, started="2026-01-02T00:00:00Z"), eager=method)
+    older = syn.run([syn.point({"subject": syn.timed([2.0] * 30), "base": syn.timed([1.0] * 30)})], hashes=hashes,
+                    started="2026-01-01T00:00:00Z")
+    run_b = syn.run([syn.point({"subject": syn.timed([1.0] * 30), "base": syn.timed([1.2] * 30)})], hashes=hashes,
+                    gpu=("nvidia-test-gpu-b", "NVIDIA Test GPU B"), started="2026-01-03T00:00:00Z")
+    with __import__("tempfile").TemporaryDirectory() as folder:
+        from lab.evidence.store import write_record
+
+        for run in (run_a, older, run_b):
+            write_record(run, Path(folder))
+        evidence = collect_evidence({experiment.slug: experiment}, (), Path(folder), {experiment.slug: hashes})
+    return experiment, evidence
+
+
+def test_both_clocks_reach_the_card_the_side_by_side_and_the_history():
+    experiment, evidence = _eager_evidence()
+    outputs = render_outputs(evidence)
+    page = outputs[f"experiments/{experiment.slug}.md"]
+    card = page[page.index('<div class="kl-card"'):page.index("## Decision rule")]
+    assert "GPU time: <span class=\"kl-badge kl-badge--supported\"" in card
+    assert "Eager call: <span class=\"kl-badge kl-badge--supported\"" in card, "a tie on the eager call meets parity"
+    assert "Eager call: <span class=\"kl-badge kl-badge--no-evidence\"" in card and "not measured in this run" in card
+    assert "| Clock |" in card and "kl-word--level" in card and "kl-word--faster" in card
+    side = page[page.index("## GPUs side by side"):page.index("## History")]
+    assert "### GPU time" in side and "### Eager call" in side
+    assert f"assets/plots/{experiment.slug}--speedup-eager-call--float32.svg" in outputs
+    history = page[page.index("## History"):page.index("## Results")]
+    assert "| Started (UTC) | GPU | Commit | GPU time | Points | Eager call | Points | Run | Status |" in history
+    rows = [line for line in history.splitlines() if line.startswith('| <span class="kl-nw">')]
+    assert len(rows) == 3
+    assert "kl-badge--rejected" in rows[-1] and "superseded" in rows[-1], "the older run's own verdict is kept"
+    assert history.count(", Eager call (1 run)") == 1
+    assert "#### NVIDIA Test GPU A · Eager call" in page and "GPU time only: this run was recorded before" in page

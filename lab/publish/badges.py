@@ -65,9 +65,10 @@ def word(point_word: str, title: str = "") -> str:
 
 
 def tick(state: str, link: str, title: str) -> str:
-    """One run in a history strip: a small square in its verdict's colour, linked to its record."""
-    return (f'<a class="kl-tick kl-tick--{css_name(state)}" href="{esc(link)}" title="{esc(title)}">'
-            f'<span class="kl-sr">{esc(state)}</span></a>')
+    """One run in a history strip: a small square in its verdict's colour, linked to its record. Written as a
+    Markdown link so that MkDocs resolves `link` like every other link on the page."""
+    tip = esc(title).replace("&quot;", "").replace("&#x27;", "")
+    return f'[<span class="kl-sr">{esc(state)}</span>]({link} "{tip}"){{ .kl-tick .kl-tick--{css_name(state)} }}'
 
 
 def verdict_badge(verdict: Verdict | None) -> str:

@@ -134,3 +134,11 @@ def test_every_declared_experiment_has_a_measured_margin():
         entry = data["experiments"][slug]
         assert experiment.claim.margin.fraction == entry["fraction"] > 0
         assert experiment.claim.margin.basis == entry["basis"]
+
+
+def test_claim_kinds_match_their_statements():
+    # "at least as fast" and "no more than" are parity claims (a tie meets them); "faster than" alone is a win.
+    for slug, experiment in all_experiments().items():
+        statement = experiment.claim.statement
+        parity = "at least as fast" in statement or "no more than" in statement
+        assert (experiment.claim.kind == "parity") == parity, (slug, experiment.claim.kind, statement)

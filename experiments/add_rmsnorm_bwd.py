@@ -4,7 +4,8 @@ profile's own retained forward graph."""
 import torch
 
 from experiments import _add_rmsnorm as ar
-from experiments.spec import Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="add-rmsnorm-bwd",
@@ -27,6 +28,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="the lab's add_rmsnorm backward is at least as fast as the best of torch, torch.compile and Liger at every shape",
         short="add + RMSNorm backward parity claim",
+        kind=PARITY,
+        margin=measured_margin("add-rmsnorm-bwd"),
     ),
     cases=ar.CASES,
     dtypes=ar.DTYPES,

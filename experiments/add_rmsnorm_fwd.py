@@ -4,7 +4,8 @@ eager PyTorch, torch.compile and Liger, from decode batches to 32k tokens."""
 import torch
 
 from experiments import _add_rmsnorm as ar
-from experiments.spec import Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="add-rmsnorm-fwd",
@@ -27,6 +28,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="the lab's add_rmsnorm is at least as fast as the best of torch, torch.compile and Liger at every shape",
         short="add + RMSNorm forward parity claim",
+        kind=PARITY,
+        margin=measured_margin("add-rmsnorm-fwd"),
     ),
     cases=ar.CASES,
     dtypes=ar.DTYPES,

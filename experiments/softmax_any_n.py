@@ -14,7 +14,8 @@ import random
 import torch
 
 from experiments import _softmax as sm
-from experiments.spec import Case, Claim, Experiment, Profile
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Case, Claim, Experiment, Profile
 
 SEED = 20261123  # change it to draw other row lengths; the drawn N are in every record
 COUNT = 64
@@ -117,6 +118,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="triton-auto is at least as fast as the best of torch, torch.compile and Liger at every drawn N",
         short="any-N claim",
+        kind=PARITY,
+        margin=measured_margin("softmax-any-n"),
     ),
     cases=_cases(),
     dtypes=(torch.float32, torch.bfloat16, torch.float16),

@@ -3,7 +3,8 @@
 import torch
 
 from experiments import _softmax as sm
-from experiments.spec import Case, Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Case, Claim, Experiment
 
 TOTAL = 2**28
 
@@ -26,6 +27,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="the lab's backward (impl='auto') is at least as fast as the best of torch, torch.compile and Liger at every N",
         short="long-row backward parity claim",
+        kind=PARITY,
+        margin=measured_margin("softmax-bwd-long-rows"),
     ),
     cases=tuple(Case(f"{TOTAL // 2**k}x{2**k}", {"M": TOTAL // 2**k, "N": 2**k}) for k in range(10, 19)),
     dtypes=(torch.bfloat16, torch.float32),

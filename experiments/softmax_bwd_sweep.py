@@ -3,7 +3,8 @@
 import torch
 
 from experiments import _softmax as sm
-from experiments.spec import Case, Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Case, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="softmax-bwd-sweep",
@@ -21,6 +22,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="the lab's backward (impl='auto') is at least as fast as the best of torch, torch.compile and Liger at every N",
         short="backward parity claim",
+        kind=PARITY,
+        margin=measured_margin("softmax-bwd-sweep"),
     ),
     cases=tuple(Case(f"4096x{128 * i}", {"M": 4096, "N": 128 * i}) for i in range(2, 100)),
     dtypes=(torch.float32,),

@@ -8,7 +8,8 @@ import functools
 import torch
 
 from experiments import _softmax as sm
-from experiments.spec import Case, Claim, Experiment, Profile
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Case, Claim, Experiment, Profile
 from kernels import reference
 from kernels.softmax import softmax
 
@@ -72,6 +73,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="a call of the lab's softmax costs no more than a call of torch.softmax (eager-call clock)",
         short="call-overhead claim",
+        kind=PARITY,
+        margin=measured_margin("softmax-call-overhead"),
     ),
     cases=CASES,
     dtypes=(torch.float32, torch.bfloat16),

@@ -3,7 +3,8 @@
 import torch
 
 from experiments import _softmax as sm
-from experiments.spec import Case, Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Case, Claim, Experiment
 
 ROWS = 32768
 
@@ -27,6 +28,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="triton-auto is at least as fast as the best of torch.softmax, torch.compile and Liger at every N",
         short="short-row parity claim",
+        kind=PARITY,
+        margin=measured_margin("softmax-short-rows"),
     ),
     cases=tuple(Case(f"{ROWS}x{n}", {"M": ROWS, "N": n}) for n in (128, 256, 384, 512, 768, 1024)),
     dtypes=(torch.bfloat16, torch.float32),

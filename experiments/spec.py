@@ -1,8 +1,10 @@
 """The shape of a declared experiment. Declarations are data: the lab machinery runs and judges them.
 
-An experiment asks one question and tests one claim: "<subject> is faster than <baselines>". Each case is
-an input shape; each profile an implementation timed doing the same work on the same inputs. The byte
-model turns a median time into model throughput (GB/s), the decision rule turns speedups into a verdict.
+An experiment asks one question and tests one claim: "<subject> is at least as fast as <baselines>" (a
+parity claim) or "<subject> is faster than <baselines>" (a win claim). Each case is an input shape; each
+profile an implementation timed doing the same work on the same inputs. The byte model turns a median time
+into model throughput (GB/s); the decision rule (lab.evidence.verdict) turns speedups into a verdict, with
+the claim's margin saying how close to 1 a speedup must be to count as a tie.
 """
 
 from __future__ import annotations
@@ -50,14 +52,53 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class Margin:
+    """How close to 1 a speedup must lie to count as a tie: ± `fraction` (0.015 is ±1.5%).
+
+    Measured, not chosen: the run-to-run spread of one kernel timed twice (tools/derive_margin.py writes
+    it, with `basis` saying what it was derived from, to experiments/margins.json).
+    """
+
+    fraction: float
+    basis: str
+
+    def __post_init__(self):
+        if not 0 <= self.fraction < 0.5:
+            raise ValueError(f"Margin.fraction {self.fraction!r}: expected a fraction in [0, 0.5), e.g. 0.015 for ±1.5%")
+
+
+NO_MARGIN = Margin(0.0, "no margin declared: only an interval of exactly 1 counts as a tie")
+
+PARITY = "parity"  # "<subject> is at least as fast as <baselines>": a tie within the margin meets it
+WIN = "win"  # "<subject> is faster than <baselines>" (by `threshold` or more): a tie does not
+CLAIM_KINDS = (PARITY, WIN)
+
+
+@dataclass(frozen=True)
 class Claim:
-    """"<subject> is faster than <baselines>": speedup = best baseline's median / subject's median."""
+    """The claim about speedup = best baseline's median / subject's median, at every case and dtype.
+
+    kind: PARITY ("at least as fast": every point Faster or Level supports it) or WIN ("faster", by at
+        least `threshold`: every point must be Faster with its interval's lower bound >= threshold).
+    margin: the measured margin within which a speedup counts as Level (a tie).
+    """
 
     subject: str
     baselines: tuple[str, ...]
     threshold: float = 1.0
     statement: str = ""
     short: str = ""  # e.g. "softmax win claim", as in "Rejected: softmax win claim"
+    kind: str = WIN
+    margin: Margin = NO_MARGIN
+
+    def __post_init__(self):
+        if self.kind not in CLAIM_KINDS:
+            raise ValueError(f"Claim.kind {self.kind!r}: expected one of {', '.join(CLAIM_KINDS)}")
+        if self.threshold < 1:
+            raise ValueError(f"Claim.threshold {self.threshold!r}: expected 1 or more (a speedup the subject must reach)")
+        if self.kind == PARITY and self.threshold != 1:
+            raise ValueError(f"a parity claim compares with 1, got threshold {self.threshold!r}; "
+                             "declare kind=WIN for 'at least t x faster'")
 
 
 @dataclass(frozen=True)

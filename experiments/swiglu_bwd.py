@@ -3,7 +3,8 @@
 import torch
 
 from experiments import _swiglu as sw
-from experiments.spec import Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="swiglu-bwd",
@@ -24,6 +25,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="the lab's swiglu backward is at least as fast as the best of torch, torch.compile and Liger at every shape",
         short="SwiGLU backward parity claim",
+        kind=PARITY,
+        margin=measured_margin("swiglu-bwd"),
     ),
     cases=sw.CASES,
     dtypes=sw.DTYPES,

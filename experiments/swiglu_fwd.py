@@ -3,7 +3,8 @@
 import torch
 
 from experiments import _swiglu as sw
-from experiments.spec import Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="swiglu-fwd",
@@ -26,6 +27,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="the lab's swiglu is at least as fast as the best of torch, torch.compile and Liger at every shape",
         short="SwiGLU forward parity claim",
+        kind=PARITY,
+        margin=measured_margin("swiglu-fwd"),
     ),
     cases=sw.CASES,
     dtypes=sw.DTYPES,

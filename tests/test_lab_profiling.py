@@ -560,9 +560,9 @@ def test_the_page_shows_the_profiled_facts_of_the_newest_run(tmp_path):
     page = _page(tmp_path)
     assert page.count("Profiled (Nsight Compute)") == 1
     section = page.split("#### NVIDIA Test GPU B · Profiled (Nsight Compute)")[1].split("\n### ")[0]
-    assert "Nsight Compute 2025.3.1.0 profiled 5 kernel(s) in 4 call(s) at 2 point(s): the claim's " \
-           "subject and baselines. Each row is one call, made after 2 unprofiled warm-up call(s)" in section
-    assert "1 kernel(s) named no profiled call and are left out.\n\n**float16**\n\n| Case |" in section
+    assert "Nsight Compute 2025.3.1.0 profiled 5 kernels in 4 calls at 2 points: the claim's " \
+           "subject and baselines. Each row is one call, made after 2 unprofiled warm-up calls" in section
+    assert "1 kernel named no profiled call and is left out.\n\n**float16**\n\n| Case |" in section
     # range 0 (float16, torch-baseline): one kernel of 11,072 ns, 8,416,000 + 256 DRAM bytes, 15.82 %, 48 registers
     assert ("| fx-4096x1024 | `torch-baseline` | 1: `softmax_warp_forward` | 11.1 | 8.0 MiB + 256 B | 760 | 16% "
             "| 48 | 0 B |") in section

@@ -94,7 +94,10 @@ def test_rendering_twice_gives_identical_bytes_plots_included(outputs):
         "assets/plots/fixture-single--nvidia-test-gpu-a--float32.svg",
         "assets/plots/fixture-single--nvidia-test-gpu-b--float16.svg",
         "assets/plots/fixture-single--nvidia-test-gpu-b--float32.svg",
+        "assets/plots/fixture-single--speedup--float16.svg",
+        "assets/plots/fixture-single--speedup--float32.svg",
         "assets/plots/fixture-sweep--nvidia-test-gpu-a--float32.svg",
+        "assets/plots/fixture-sweep--speedup--float32.svg",
     }
 
 
@@ -102,7 +105,7 @@ def test_plots_are_valid_svg_with_the_data_and_no_date(outputs):
     sweep = outputs["assets/plots/fixture-sweep--nvidia-test-gpu-a--float32.svg"]
     ET.fromstring(sweep)
     assert "copy ceiling (3,000 GB/s)" in sweep
-    for name in ("subject-kernel", "base-one", "base-two"):
+    for name in ("subject-kernel (subject)", "base-one", "base-two"):
         assert name in sweep
     assert "wrong" not in sweep.split("</metadata>")[-1], "an incorrect profile is never plotted"
     assert "<dc:date>" not in sweep
@@ -110,30 +113,91 @@ def test_plots_are_valid_svg_with_the_data_and_no_date(outputs):
     assert "cpu-interpreter: not performance evidence" in bars and "unavailable" in bars
 
 
+def _drawing_order(svg: str, labels) -> list[int]:
+    body = svg.split("</metadata>")[-1]
+    return [body.index(f">{label}</text>") for label in labels]
+
+
+def test_the_subject_is_drawn_last_in_one_colour_on_every_plot(outputs):
+    from lab.publish.plots import SUBJECT_COLOUR
+
+    for rel in ("assets/plots/fixture-sweep--nvidia-test-gpu-a--float32.svg",
+                "assets/plots/fixture-single--nvidia-test-gpu-b--float32.svg"):
+        svg = outputs[rel]
+        assert SUBJECT_COLOUR in svg, rel
+        # the legend lists the profiles in the order they were drawn
+        first, last = _drawing_order(svg, ("base-one" if "sweep" in rel else "torch-baseline", "subject-kernel (subject)"))
+        assert first < last, rel
+
+
+def test_speedup_plots_show_the_margin_band_and_every_gpu(outputs):
+    single = outputs["assets/plots/fixture-single--speedup--float16.svg"]
+    ET.fromstring(single)
+    assert "tie: 1 ± 1.0% (Level)" in single
+    assert "Test GPU A" in single and "Test GPU B" in single
+    sweep = outputs["assets/plots/fixture-sweep--speedup--float32.svg"]
+    assert "tie: 1 ± 1.0% (Level)" in sweep and "Test GPU A" in sweep
+
+
 def test_pages_carry_the_rule_before_the_data_and_the_evidence_marks(outputs):
     single = outputs["experiments/fixture-single.md"]
     assert single.startswith(GENERATED_HEADER)
-    assert single.index("## Decision rule") < single.index("## Results")
-    assert "Rejected: fixture win claim" in single and "Supported: fixture win claim" in single
+    assert single.index("## Decision rule") < single.index("## GPUs side by side") < single.index("## Results")
+    assert "Margin ±1.0%" in single and "fixture: the spread the synthetic records were built with" in single
+    assert 'class="kl-badge kl-badge--rejected"' in single and 'class="kl-badge kl-badge--supported"' in single
     fp16 = _evidence().verdicts["fixture-single"]["nvidia-test-gpu-a"].points[0].speedup
     assert f"{fp16.ratio:.3f}× [{fp16.low:.3f}, {fp16.high:.3f}]" in single, "the subject's speedup and its interval"
     assert "cpu-interpreter: not performance evidence" in single
     assert "../records/fixture-single/20260302T090000Z-nvidia-test-gpu-b-b2b2b2.json" in single
     sweep = outputs["experiments/fixture-sweep.md"]
     assert "Stale: the code has changed since this run" in sweep and "`fixture/sweep.py`" in sweep
-    assert "superseded by 20260304T070000Z-nvidia-test-gpu-a-e5e5e5" in sweep
-    assert '<span style="color: #c62828; font-weight: 600">✗ incorrect</span>' in sweep
+    assert '<span class="kl-incorrect">✗ incorrect</span>' in sweep
     empty = outputs["experiments/fixture-empty.md"]
     assert "No evidence yet" in empty and "python tools/build_results.py fixture-empty" in empty
     decision = outputs["decisions/fixture-decision.md"]
-    assert "NVIDIA Test GPU A: Rejected" in decision and "Do not present it as a win." in decision
+    assert '!!! kl-box-rejected "Test GPU A: Rejected"' in decision and "Do not present it as a win." in decision
     assert "(/experiments/fixture-single.md)" in outputs["generated/verdicts.md"]
+
+
+def test_the_history_keeps_every_run_with_the_verdict_its_data_gives(outputs):
+    sweep = outputs["experiments/fixture-sweep.md"]
+    history = sweep[sweep.index("## History"):sweep.index("## Results")]
+    rows = [line for line in history.splitlines() if line.startswith('| <span class="kl-nw">2026-')]
+    assert len(rows) == 2
+    newest, older = rows
+    assert "kl-badge--inconclusive" in newest and "newest, stale" in newest
+    assert "kl-badge--rejected" in older and "superseded" in older and "`0123456789 (dirty)`" in older
+    assert history.count('{ .kl-tick .kl-tick--') == 2
+
+
+def test_the_summary_card_and_the_gpus_side_by_side(outputs):
+    single = outputs["experiments/fixture-single.md"]
+    card = single[single.index('<div class="kl-card"'):single.index("## Decision rule")]
+    for gpu in ("Test GPU A", "Test GPU B"):
+        assert f"**{gpu}**" in card
+    assert "kl-word--slower" in card and "kl-word--faster" in card
+    assert "[`a1a1a1`](../records/fixture-single/20260301T100000Z-nvidia-test-gpu-a-a1a1a1.json)" in card
+    side = single[single.index("## GPUs side by side"):single.index("## History")]
+    assert ("| Case | Test GPU A: % of its ceiling · speedup [95% CI] | Test GPU A | Test GPU B: % of its ceiling · "
+            "speedup [95% CI] | Test GPU B |") in side
+    assert "different commits" in side or "one commit" in side
+
+
+def test_commands_are_shown_as_a_reader_runs_them():
+    from lab.publish.formatting import reader_command
+
+    recorded = ["tools/build_results.py", "--run", "x", "--no-progress", "--records-dir", "/root/out/rec",
+                "--docs-dir=/tmp/docs"]
+    assert reader_command(recorded) == "python tools/build_results.py --run x"
+    assert reader_command(["/usr/local/cuda/bin/ncu", "--csv", "/opt/torch/.venv/bin/python3", "-m", "m"]) == (
+        "ncu --csv python3 -m m")
 
 
 def test_no_records_at_all_still_gives_every_page(tmp_path):
     outputs = render_outputs(_evidence(tmp_path / "none"))
     assert not [rel for rel in outputs if rel.endswith(".svg")]
-    expected = {"experiments/index.md", "decisions/index.md", "generated/verdicts.md", "generated/environment.md"}
+    expected = {"experiments/index.md", "decisions/index.md", "generated/verdicts.md", "generated/environment.md",
+                "generated/legend.md", "generated/rule.md"}
     expected |= {f"experiments/{slug}.md" for slug in fx.EXPERIMENTS}
     expected |= {f"generated/{slug}.md" for slug in fx.EXPERIMENTS}
     expected |= {f"decisions/{d.slug}.md" for d in fx.DECISIONS}
@@ -162,3 +226,61 @@ def test_writing_replaces_only_generated_files(tmp_path, outputs):
                                      "experiments/retired.md"]
     assert hand_written.read_text(encoding="utf-8") == "# Notes written by hand\n"
     assert not list(docs.rglob(".*.tmp"))
+
+
+# ---- the eager-call clock on the reader's views ------------------------------------------------------------
+
+
+def _eager_evidence():
+    """Two GPUs: A measured both clocks (the subject wins on GPU time, ties on the eager call), B only GPU time."""
+    from dataclasses import replace as swap
+
+    import lab_synthetic as syn
+
+    from experiments.spec import PARITY
+    from lab.evidence.records import EagerMethod, EagerResult
+    from lab.evidence.stats import summarize
+
+    def eager(ms):
+        s = summarize([ms] * 12)
+        return EagerResult(tuple([ms] * 12), tuple([ms / 2] * 12), 50, s.p20, s.p50, s.p80, ms / 2,
+                           128 / (ms * 1e-3) / 1e9)
+
+    experiment = syn.experiment(kind=PARITY, margin=0.02)
+    hashes = {"kernels/k.py": "a" * 64}
+    both = syn.point({"subject": swap(syn.timed([1.0] * 30), eager=eager(5.0)),
+                      "base": swap(syn.timed([1.5] * 30), eager=eager(5.02))})
+    method = EagerMethod("host clock", 1 << 20, 1, 12, 0.004, 10, 1000, 64)
+    run_a = swap(syn.run([both], hashes=hashes, started="2026-01-02T00:00:00Z"), eager=method)
+    older = syn.run([syn.point({"subject": syn.timed([2.0] * 30), "base": syn.timed([1.0] * 30)})], hashes=hashes,
+                    started="2026-01-01T00:00:00Z")
+    run_b = syn.run([syn.point({"subject": syn.timed([1.0] * 30), "base": syn.timed([1.2] * 30)})], hashes=hashes,
+                    gpu=("nvidia-test-gpu-b", "NVIDIA Test GPU B"), started="2026-01-03T00:00:00Z")
+    with __import__("tempfile").TemporaryDirectory() as folder:
+        from lab.evidence.store import write_record
+
+        for run in (run_a, older, run_b):
+            write_record(run, Path(folder))
+        evidence = collect_evidence({experiment.slug: experiment}, (), Path(folder), {experiment.slug: hashes})
+    return experiment, evidence
+
+
+def test_both_clocks_reach_the_card_the_side_by_side_and_the_history():
+    experiment, evidence = _eager_evidence()
+    outputs = render_outputs(evidence)
+    page = outputs[f"experiments/{experiment.slug}.md"]
+    card = page[page.index('<div class="kl-card"'):page.index("## Decision rule")]
+    assert "GPU time: <span class=\"kl-badge kl-badge--supported\"" in card
+    assert "Eager call: <span class=\"kl-badge kl-badge--supported\"" in card, "a tie on the eager call meets parity"
+    assert "Eager call: <span class=\"kl-badge kl-badge--no-evidence\"" in card and "not measured in this run" in card
+    assert "| Clock |" in card and "kl-word--level" in card and "kl-word--faster" in card
+    side = page[page.index("## GPUs side by side"):page.index("## History")]
+    assert "### GPU time" in side and "### Eager call" in side
+    assert f"assets/plots/{experiment.slug}--speedup-eager-call--float32.svg" in outputs
+    history = page[page.index("## History"):page.index("## Results")]
+    assert "| Started (UTC) | GPU | Commit | GPU time | Points | Eager call | Points | Run | Status |" in history
+    rows = [line for line in history.splitlines() if line.startswith('| <span class="kl-nw">')]
+    assert len(rows) == 3
+    assert "kl-badge--rejected" in rows[-1] and "superseded" in rows[-1], "the older run's own verdict is kept"
+    assert history.count(", Eager call (1 run)") == 1
+    assert "#### NVIDIA Test GPU A · Eager call" in page and "GPU time only: this run was recorded before" in page

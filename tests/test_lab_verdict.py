@@ -17,21 +17,30 @@ from lab.evidence.records import ProfileResult  # noqa: E402
 from lab.evidence.stats import bootstrap_speedup, summarize  # noqa: E402
 from lab.evidence.verdict import (  # noqa: E402
     AGAINST,
+    FAILED,
+    FASTER,
     INCONCLUSIVE,
+    LEVEL,
+    MEETS,
+    NEITHER,
     NO_EVIDENCE,
     OPEN,
     REJECTED,
+    SLOWER,
     STALE,
     SUPPORTED,
-    SUPPORTS,
     UNDECIDED,
     Verdict,
     badge,
+    claim_rule,
     decide,
     judge_point,
     verdict_for_gpu,
     verdicts_by_gpu,
+    word_for,
 )
+from experiments.spec import PARITY, WIN, Claim, Margin  # noqa: E402
+from lab.evidence.stats import SpeedupInterval  # noqa: E402
 
 HASHES = {"kernels/k.py": "a" * 64}
 
@@ -51,30 +60,99 @@ def verdict(results_by_point, threshold=1.0, hashes=HASHES, current=HASHES, **ex
     return verdict_for_gpu(experiment, [syn.run(points, hashes=hashes)], current)
 
 
-# ---- the five verdicts --------------------------------------------------------------------------------
+def at(ratio, **exp):
+    """A one-point verdict whose interval collapses onto `ratio` (constant samples): baseline / subject."""
+    return verdict([{"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(ratio))}], **exp)
 
 
-def test_supported_when_every_lower_bound_reaches_the_threshold():
-    v = verdict([{"subject": syn.timed(noisy(1.0, 1)), "base": syn.timed(noisy(1.5, 2))},
-                 {"subject": syn.timed(noisy(2.0, 3)), "base": syn.timed(noisy(2.6, 4))}])
+# ---- the point words against the margin -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("low, high, word", [
+    (1.021, 1.05, FASTER),  # the lower bound clears 1 + m
+    (1.02, 1.05, UNDECIDED),  # exactly at 1 + m is not above it, and the interval leaves the band
+    (0.95, 0.979, SLOWER),
+    (0.95, 0.98, UNDECIDED),
+    (0.98, 1.02, LEVEL),  # the whole interval within 1 ± m, edges included
+    (0.99, 1.01, LEVEL),
+    (0.97, 1.01, UNDECIDED),  # reaches below the band
+    (0.99, 1.03, UNDECIDED),  # reaches above it
+    (0.9, 1.1, UNDECIDED),
+])
+def test_a_point_word_places_its_interval_against_the_margin(low, high, word):
+    assert word_for(SpeedupInterval((low + high) / 2, low, high, 0.95), 0.02) == word
+
+
+def test_a_tie_is_level_not_rejected_for_a_parity_claim():
+    # The softmax sweep's case: both kernels at the ceiling, the subject 0.2-0.6% behind.
+    v = verdict([{"subject": syn.timed(noisy(1.0, 1, spread=0.002)), "base": syn.timed(noisy(0.996, 2, spread=0.002))}],
+                kind=PARITY, margin=0.015)
+    (p,) = v.points
+    assert p.speedup.high < 1 and p.word == LEVEL and p.effect == MEETS
+    assert v.state == SUPPORTED
+    without_margin = verdict([{"subject": syn.timed(noisy(1.0, 1, spread=0.002)),
+                               "base": syn.timed(noisy(0.996, 2, spread=0.002))}], kind=PARITY, margin=0.0)
+    assert without_margin.state == REJECTED, "the same data with no margin: the margin is what makes it a tie"
+
+
+# ---- the experiment's verdict from its points -------------------------------------------------------------
+
+
+def test_parity_is_supported_when_every_point_is_faster_or_level():
+    v = verdict([{"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(1.5))},
+                 {"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(1.01))}], kind=PARITY, margin=0.02)
+    assert [p.word for p in v.points] == [FASTER, LEVEL]
     assert v.state == SUPPORTED and v.data_state == SUPPORTED
-    assert all(p.outcome == SUPPORTS and p.speedup.low >= 1.0 for p in v.points)
 
 
-def test_rejected_when_one_upper_bound_is_below_one():
+def test_parity_is_supported_even_when_every_point_is_level():
+    assert at(1.0, kind=PARITY, margin=0.02).state == SUPPORTED
+    assert at(0.985, kind=PARITY, margin=0.02).state == SUPPORTED
+
+
+def test_a_win_claim_needs_every_point_faster():
+    assert at(1.05, kind=WIN, margin=0.02).state == SUPPORTED
+    tie = at(1.0, kind=WIN, margin=0.02)
+    assert tie.points[0].word == LEVEL and tie.points[0].effect == NEITHER
+    assert tie.state == INCONCLUSIVE, "a tie is not a win, and not a loss either"
+    assert "a tie, not a win" in tie.summary
+
+
+def test_a_win_claim_with_a_threshold_needs_the_lower_bound_at_the_threshold():
+    assert at(1.12, kind=WIN, threshold=1.1, margin=0.02).state == SUPPORTED
+    short = at(1.05, kind=WIN, threshold=1.1, margin=0.02)
+    assert short.points[0].word == FASTER and short.points[0].effect == NEITHER
+    assert short.state == INCONCLUSIVE and "threshold 1.1" in short.summary
+
+
+def test_rejected_when_one_point_is_slower():
     v = verdict([{"subject": syn.timed(noisy(1.0, 1)), "base": syn.timed(noisy(1.5, 2))},
-                 {"subject": syn.timed(noisy(1.0, 3)), "base": syn.timed(noisy(0.7, 4))}])
+                 {"subject": syn.timed(noisy(1.0, 3)), "base": syn.timed(noisy(0.7, 4))}], kind=PARITY, margin=0.02)
     assert v.state == REJECTED
-    assert [p.outcome for p in v.points] == [SUPPORTS, AGAINST]
+    assert [p.word for p in v.points] == [FASTER, SLOWER]
+    assert [p.effect for p in v.points] == [MEETS, AGAINST]
     assert "c1" in v.summary and "base is faster" in v.summary
 
 
-def test_inconclusive_when_the_interval_straddles_one():
+def test_just_outside_the_margin_below_is_slower_and_rejects():
+    v = at(0.979, kind=PARITY, margin=0.02)
+    assert v.points[0].word == SLOWER and v.state == REJECTED
+
+
+def test_inconclusive_when_the_interval_is_too_wide():
     same = noisy(1.0, 5, spread=0.2)  # one distribution for both: the ratio is exactly 1, the interval wide
-    v = verdict([{"subject": syn.timed(same), "base": syn.timed(same)}])
+    v = verdict([{"subject": syn.timed(same), "base": syn.timed(same)}], kind=PARITY, margin=0.02)
     (p,) = v.points
-    assert p.speedup.low < 1.0 < p.speedup.high
-    assert v.state == INCONCLUSIVE and p.outcome == UNDECIDED
+    assert p.speedup.low < 0.98 and 1.02 < p.speedup.high
+    assert v.state == INCONCLUSIVE and p.word == UNDECIDED
+
+
+def test_the_summary_names_the_points_against_the_claim_and_counts_the_rest():
+    loss = {"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(0.9))}
+    v = verdict([loss] * 5, kind=PARITY, margin=0.02)
+    assert v.summary.startswith("Against the claim at 5 of 5 points (5 Slower): c0 (float32), c1 (float32), "
+                                "c2 (float32) and 2 more.")
+    assert "point(s)" not in v.summary
 
 
 def test_stale_when_a_hashed_source_changed_and_the_old_data_is_kept():
@@ -101,32 +179,26 @@ def test_no_evidence_without_runs_and_for_cpu_interpreter_runs():
     assert "not performance evidence" in v.summary
 
 
-# ---- the bounds' edge cases -------------------------------------------------------------------------
+def test_the_rule_with_its_numbers():
+    text = claim_rule(Claim("s", ("b",), kind=PARITY, margin=Margin(0.015, "measured")))
+    assert "Margin ±1.5%" in text and "above 1.015" in text and "below 0.985" in text
+    assert "Faster or Level" in text
+    assert "lower bound at or above 1.1" in claim_rule(Claim("s", ("b",), 1.1, kind=WIN, margin=Margin(0.01, "m")))
 
 
-def test_lower_bound_exactly_at_the_threshold_supports():
-    # Constant samples make the interval collapse onto the ratio: exactly 1.0 here.
-    v = verdict([{"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(1.0))}])
-    (p,) = v.points
-    assert (p.speedup.low, p.speedup.ratio, p.speedup.high) == (1.0, 1.0, 1.0)
-    assert v.state == SUPPORTED
+@pytest.mark.parametrize("fields, message", [
+    ({"kind": "tie"}, "Claim.kind"),
+    ({"threshold": 0.9}, "Claim.threshold"),
+    ({"kind": PARITY, "threshold": 1.1}, "parity claim"),
+])
+def test_a_claim_that_makes_no_sense_is_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        Claim("s", ("b",), **fields)
 
 
-def test_upper_bound_exactly_one_is_not_a_rejection():
-    v = verdict([{"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(1.0))}], threshold=1.1)
-    assert v.points[0].speedup.high == 1.0
-    assert v.state == INCONCLUSIVE
-
-
-def test_upper_bound_just_below_one_rejects():
-    v = verdict([{"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(0.999))}], threshold=1.1)
-    assert v.state == REJECTED
-
-
-def test_threshold_above_one_needs_the_lower_bound_to_clear_it():
-    samples = {"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(1.05))}
-    assert verdict([samples], threshold=1.1).state == INCONCLUSIVE
-    assert verdict([samples], threshold=1.05).state == SUPPORTED
+def test_a_margin_outside_its_range_is_refused():
+    with pytest.raises(ValueError, match="Margin.fraction"):
+        Margin(0.6, "too wide")
 
 
 # ---- the subject and the baselines ------------------------------------------------------------------
@@ -137,11 +209,11 @@ def test_threshold_above_one_needs_the_lower_bound_to_clear_it():
     ("error", {"error": "OutOfResources: shared memory"}),
     ("unsupported", {"reason": "declines this shape"}),
 ])
-def test_a_subject_that_did_not_run_correctly_counts_against_the_claim(status, detail):
+def test_a_subject_that_did_not_run_correctly_fails_the_point(status, detail):
     v = verdict([{"subject": syn.timed(constant(1.0)), "base": syn.timed(constant(2.0))},
                  {"subject": ProfileResult(status, **detail), "base": syn.timed(constant(2.0))}])
     assert v.state == REJECTED
-    assert v.points[1].outcome == AGAINST and status in v.points[1].reason
+    assert v.points[1].word == FAILED and v.points[1].effect == AGAINST and status in v.points[1].reason
     assert (detail.get("reason") or detail["error"]) in v.points[1].reason
 
 
@@ -155,12 +227,12 @@ def test_the_best_baseline_is_the_fastest_correct_claimed_one():
         "faster-but-not-a-baseline": syn.timed(constant(0.1)),
     })
     j = judge_point(experiment, p)
-    assert j.baseline == "fast" and j.speedup.ratio == pytest.approx(1.5) and j.outcome == SUPPORTS
+    assert j.baseline == "fast" and j.speedup.ratio == pytest.approx(1.5) and j.word == FASTER and j.effect == MEETS
 
 
 def test_a_point_without_a_correct_baseline_decides_nothing():
     v = verdict([{"subject": syn.timed(constant(1.0)), "base": ProfileResult("unavailable", reason="absent")}])
-    assert v.points[0].outcome == UNDECIDED and v.state == INCONCLUSIVE
+    assert v.points[0].word == UNDECIDED and v.points[0].effect == NEITHER and v.state == INCONCLUSIVE
 
 
 def test_the_newest_run_on_a_gpu_decides_and_gpus_are_judged_apart():
@@ -223,6 +295,20 @@ def test_bootstrap_is_deterministic_and_brackets_the_ratio():
     assert first.ratio == pytest.approx(np.median(base) / np.median(subject))
     wide = bootstrap_speedup(noisy(2.0, 11, n=10, spread=0.3), noisy(1.0, 12, n=10, spread=0.3))
     assert wide.high - wide.low > first.high - first.low, "fewer, noisier samples give a wider interval"
+
+
+def test_bootstrap_is_the_percentile_bootstrap_of_medians_and_ignores_sample_order():
+    from lab.evidence.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+
+    base, subject = noisy(2.0, 21, n=37), noisy(1.0, 22, n=50)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    draws_b = rng.integers(0, len(base), (BOOTSTRAP_RESAMPLES, len(base)))
+    draws_s = rng.integers(0, len(subject), (BOOTSTRAP_RESAMPLES, len(subject)))
+    ratios = np.median(np.sort(base)[draws_b], axis=1) / np.median(np.sort(subject)[draws_s], axis=1)
+    low, high = np.quantile(ratios, [0.025, 0.975])
+    got = bootstrap_speedup(base, subject)
+    assert (got.low, got.high) == pytest.approx((min(low, got.ratio), max(high, got.ratio)), rel=1e-12)
+    assert bootstrap_speedup(base[::-1], subject[::-1]) == got
 
 
 @pytest.mark.parametrize("args, message", [

@@ -30,6 +30,9 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 EVIDENCE_PAGE = "experiments/softmax-row-fusion/"
+SWEEP_PAGE = "experiments/softmax-fwd-sweep/"
+WIDTHS = {"desktop": 1440, "phone": 390}
+ARTIFACTS = Path(__file__).resolve().parents[1] / ".pytest-artifacts" / "screenshots"
 
 
 def _require_chromium() -> None:
@@ -88,9 +91,9 @@ def browser():
 class Visit:
     """A browser page that records console errors, uncaught exceptions and any request off the site."""
 
-    def __init__(self, browser, base_url: str, **context_args):
+    def __init__(self, browser, base_url: str, width: int = 1280, **context_args):
         self.base = base_url
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900}, **context_args)
+        self.context = browser.new_context(viewport={"width": width, "height": 900}, **context_args)
         self.problems: list[str] = []
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
@@ -261,13 +264,173 @@ def _not_blank(png: Path) -> bool:
     return colours is not None and len(colours) > 20
 
 
-@pytest.mark.parametrize("path, name", [("", "home"), (EVIDENCE_PAGE, "evidence-softmax-row-fusion")])
+def _evidence_pages(site: Path) -> list[str]:
+    return sorted(p.relative_to(site).parent.as_posix() + "/" for p in (site / "experiments").glob("*/index.html"))
+
+
+def _reader_pages(site: Path) -> list[str]:
+    """The pages whose tables carry evidence: home, the indexes, every experiment and decision, the method."""
+    decisions = sorted(p.relative_to(site).parent.as_posix() + "/" for p in (site / "decisions").glob("*/index.html"))
+    return ["", "experiments/", "decisions/", "method/", *_evidence_pages(site), *decisions]
+
+
+# Every table's scrolling box: how wide its content is, how wide the box, and how it shows that there is more.
+TABLE_BOXES = """() => Array.from(document.querySelectorAll("article table")).map((table) => {
+  const box = table.closest(".md-typeset__scrollwrap") || table.parentElement;
+  const style = getComputedStyle(box);
+  const heading = (() => { let el = table; while (el && !/^H[1-4]$/.test(el.tagName)) el = el.previousElementSibling || el.parentElement; return el ? el.textContent.trim() : ""; })();
+  return {scroll: box.scrollWidth, visible: box.clientWidth, overflowX: style.overflowX,
+          cue: style.backgroundImage, inCard: !!table.closest(".kl-card"), hidden: box.offsetParent === null,
+          head: Array.from(table.querySelectorAll("th")).map((th) => th.textContent.trim()).join(" | "), heading};
+})"""
+
+
+@pytest.mark.parametrize("width", sorted(WIDTHS.values()))
+def test_no_table_hides_columns_without_a_cue_to_scroll(site, browser, base_url, width):
+    v = Visit(browser, base_url, width=width)
+    failures = []
+    try:
+        for path in _reader_pages(site):
+            v.goto(path)
+            for t in v.page.evaluate(TABLE_BOXES):
+                if t["hidden"] or t["scroll"] <= t["visible"] + 1:
+                    continue
+                where = f"/{path} [{t['head'][:60]}]"
+                if t["overflowX"] not in ("auto", "scroll"):
+                    failures.append(f"{where}: {t['scroll']} px of columns in {t['visible']} px, overflow {t['overflowX']}")
+                elif "gradient" not in t["cue"]:
+                    failures.append(f"{where}: scrolls with no visible cue (background {t['cue']!r})")
+                if width >= 1440 and t["inCard"]:
+                    failures.append(f"{where}: the summary card's table needs {t['scroll']} px of {t['visible']}")
+    finally:
+        v.close()
+    assert not failures, "\n".join(failures)
+
+
+def test_the_scroll_cue_check_can_fail(site, browser, base_url):
+    v = Visit(browser, base_url, width=390)
+    try:
+        v.goto(SWEEP_PAGE)
+        v.page.add_style_tag(content=".md-typeset .md-typeset__scrollwrap { background: none !important; }")
+        boxes = [t for t in v.page.evaluate(TABLE_BOXES) if not t["hidden"] and t["scroll"] > t["visible"] + 1]
+        assert boxes and all("gradient" not in t["cue"] for t in boxes)
+    finally:
+        v.close()
+
+
+NAMES_IN_TABLES = """() => Array.from(document.querySelectorAll("article table code"))
+  .filter((el) => el.offsetParent !== null)
+  .map((el) => ({text: el.textContent, lines: el.getClientRects().length}))"""
+
+
+@pytest.mark.parametrize("width", sorted(WIDTHS.values()))
+def test_profile_and_case_names_never_break_inside_a_table(site, browser, base_url, width):
+    v = Visit(browser, base_url, width=width)
+    broken = []
+    try:
+        for path in _evidence_pages(site):
+            v.goto(path)
+            broken += [f"/{path}: {n['text']!r} on {n['lines']} lines" for n in v.page.evaluate(NAMES_IN_TABLES)
+                       if n["lines"] > 1]
+    finally:
+        v.close()
+    assert not broken, "\n".join(broken[:20])
+
+
+BADGES = """() => Array.from(document.querySelectorAll(".kl-legend .kl-badge, .kl-legend .kl-word")).map((el) => ({
+  kind: Array.from(el.classList).find((c) => c.startsWith("kl-badge--") || c.startsWith("kl-word--")),
+  text: el.textContent.trim(),
+  colour: el.classList.contains("kl-badge") ? getComputedStyle(el).backgroundColor : getComputedStyle(el).color,
+  icon: getComputedStyle(el, "::before").maskImage || getComputedStyle(el, "::before").webkitMaskImage,
+}))"""
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_screenshots(site, browser, base_url, tmp_path, path, name, scheme):
+def test_verdict_badges_differ_in_colour_and_icon(site, browser, base_url, scheme):
     v = Visit(browser, base_url, color_scheme=scheme)
     try:
+        v.goto("method/")
+        marks = v.page.evaluate(BADGES)
+    finally:
+        v.close()
+    badges = [m for m in marks if m["kind"].startswith("kl-badge--")]
+    words = [m for m in marks if m["kind"].startswith("kl-word--")]
+    assert [b["text"] for b in badges] == ["Supported", "Rejected", "Inconclusive", "Stale", "No evidence", "Open"]
+    assert [w["text"] for w in words] == ["Faster", "Level", "Slower", "Undecided", "Failed"]
+    for group in (badges, words):
+        colours = [m["colour"] for m in group]
+        assert len(set(colours)) == len(colours), colours
+        assert all(m["icon"] and m["icon"] != "none" for m in group), group
+    icons = [b["icon"] for b in badges]
+    assert len(set(icons)) == len(icons), "every verdict has its own icon"
+    greens = [b["colour"] for b in badges if b["text"] in ("Inconclusive", "Open", "Stale")]
+    assert next(b["colour"] for b in badges if b["text"] == "Supported") not in greens
+
+
+def test_every_evidence_page_shows_its_verdicts_as_badges(site, browser, base_url):
+    v = Visit(browser, base_url)
+    missing = []
+    try:
+        for path in ["", "experiments/", "decisions/", *_evidence_pages(site)]:
+            v.goto(path)
+            if not v.page.evaluate("() => document.querySelectorAll('article .kl-badge').length"):
+                missing.append(path)
+    finally:
+        v.close()
+    assert not missing, missing
+
+
+PLOT_TEXT = """async () => {
+  const out = [];
+  for (const img of document.querySelectorAll("article a.kl-plot img")) {
+    const svg = new DOMParser().parseFromString(await (await fetch(img.currentSrc)).text(), "image/svg+xml");
+    const root = svg.documentElement;
+    const viewWidth = parseFloat(root.getAttribute("viewBox").split(/\\s+/)[2]);
+    const sizes = Array.from(svg.querySelectorAll("text"))
+      .map((t) => parseFloat((/font-size:\\s*([\\d.]+)px/.exec(t.getAttribute("style") || "") || [])[1]))
+      .filter((n) => !Number.isNaN(n));
+    out.push({src: img.currentSrc, shown: img.clientWidth, viewWidth, smallest: Math.min(...sizes), texts: sizes.length});
+  }
+  return out;
+}"""
+
+
+def test_plot_text_is_legible_on_a_phone(site, browser, base_url):
+    v = Visit(browser, base_url, width=WIDTHS["phone"])
+    small = []
+    try:
+        for path in (EVIDENCE_PAGE, SWEEP_PAGE, "experiments/rmsnorm-linear-decode/"):
+            v.goto(path)
+            plots = v.page.evaluate(PLOT_TEXT)
+            assert plots, f"/{path} shows no plot"
+            for p in plots:
+                assert p["texts"] > 5, p
+                px = p["smallest"] * p["shown"] / p["viewWidth"]
+                if px < 9:
+                    small.append(f"/{path}: {p['src'].rsplit('/', 1)[-1]}: smallest text {px:.1f} px")
+    finally:
+        v.close()
+    assert not small, "\n".join(small)
+
+
+def _not_blank(png: Path) -> bool:
+    from PIL import Image
+
+    with Image.open(png) as im:
+        colours = im.convert("RGB").resize((64, 64)).getcolors(64 * 64)
+    return colours is not None and len(colours) > 20
+
+
+@pytest.mark.parametrize("path, name", [("", "home"), (EVIDENCE_PAGE, "evidence-softmax-row-fusion"),
+                                        (SWEEP_PAGE, "evidence-softmax-fwd-sweep"), ("decisions/", "decisions")])
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+@pytest.mark.parametrize("device", sorted(WIDTHS))
+def test_screenshots(site, browser, base_url, path, name, scheme, device):
+    v = Visit(browser, base_url, width=WIDTHS[device], color_scheme=scheme)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shot = ARTIFACTS / f"{name}-{device}-{scheme}.png"
+    try:
         assert v.goto(path).status == 200
-        shot = tmp_path / f"{name}-{scheme}.png"
         v.page.screenshot(path=str(shot), full_page=True)
         assert not v.problems, v.problems
     finally:

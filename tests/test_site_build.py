@@ -146,6 +146,62 @@ def test_generated_pages_are_titled_by_their_heading(site):
         assert re.search(rf'href="{re.escape(page.stem)}/"[^>]*>\s*<span class="md-ellipsis">\s*{re.escape(title)}', html), page
 
 
+def test_a_build_without_an_address_points_nowhere_else(site):
+    # Without KERNEL_LAB_SITE_URL the site names no address: no canonical link, an empty sitemap, and no
+    # page that sends a reader to a host that served some earlier build.
+    for page in site.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        assert 'rel="canonical"' not in html, page
+        assert "127.0.0.1" not in html and "localhost:" not in html, page
+    assert "<loc>" not in (site / "sitemap.xml").read_text(encoding="utf-8")
+
+
+HOST_PATHS = re.compile(r"--records-dir|--docs-dir|/root/|/opt/|/home/|/tmp/|/usr/local/")
+
+
+def test_generated_pages_show_commands_without_the_hosts_paths():
+    found = []
+    for page in sorted((DOCS / "experiments").glob("*.md")) + sorted((DOCS / "generated").glob("*.md")):
+        found += [f"{page.relative_to(ROOT)}: {m.group(0)}" for m in HOST_PATHS.finditer(page.read_text(encoding="utf-8"))]
+    assert not found, found[:10]
+
+
+def test_markdown_sources_hold_no_control_characters():
+    # A literal carriage return once turned "\\rangle" into a line break and "angle"; a control character in a
+    # source is never meant.
+    bad = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for lineno, line in enumerate(text.split("\n"), 1):
+            for ch in line:
+                if ord(ch) < 32 and ch != "\t":
+                    bad.append(f"{page.relative_to(ROOT)}:{lineno}: control character {ch!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_control_character_check_can_fail(tmp_path):
+    text = "sums of $\\langle dy, y \rangle$"  # what a "\\r" read as an escape leaves behind
+    assert any(ord(ch) < 32 and ch != "\t" for line in text.split("\n") for ch in line)
+
+
+def test_declarations_label_figures_from_outside_the_records():
+    # Prose in a declaration may mention a GPU that has no record only to say so; counts of GPUs and what
+    # ran where are generated from the records on each page.
+    from experiments import all_experiments
+
+    named_gpu = re.compile(r"\b(A10G|A100|H100|H200|L4|L40S|T4|V100)\b")
+    count = re.compile(r"\b(one|a single|two) GPU models?\b", re.IGNORECASE)
+    problems = []
+    for slug, e in all_experiments().items():
+        for field in ("question", "why", "evidence_boundary", "focus"):
+            text = getattr(e, field)
+            if named_gpu.search(text) and "no record" not in text:
+                problems.append(f"{slug}.{field} names a GPU without saying the figure has no record")
+            if count.search(text):
+                problems.append(f"{slug}.{field} states a GPU count: {count.search(text).group(0)!r}")
+    assert not problems, problems
+
+
 # --------------------------------------------------------------------------------------------------------
 # The hook, on its own
 # --------------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ records. Its JSON output is kept under notes/probes/ beside the notes that cite 
     python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9|10|11]
 
 Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
-the samples); rounds 4-11 use the lab's own clock (lab.timing.CudaEventClock: the same flush, the device held
+the samples); rounds 4-11 use the lab's own clock (lab.measure.timing.CudaEventClock: the same flush, the device held
 while each round is queued so host time never shows, candidates interleaved), the clock of the run records.
 """
 
@@ -325,7 +325,7 @@ L2_SETTINGS = ((1, 8192, 8, True, True), (2, 4096, 4, True, True), (2, 8192, 8, 
                (4, 4096, 4, True, True), (2, 8192, 8, False, False), (2, 8192, 8, True, False))
 
 
-HELD_TIMING = ("the lab's clock (lab.timing.CudaEventClock): L2 flushed before every call, device held while a "
+HELD_TIMING = ("the lab's clock (lab.measure.timing.CudaEventClock): L2 flushed before every call, device held while a "
                "round is queued, candidates interleaved and rotated; median of the rounds")
 
 

@@ -45,19 +45,32 @@ def _callables(experiment: Experiment) -> Iterable[Callable[..., Any] | None]:
         yield from (profile.run, profile.plan, profile.unsupported)
 
 
+def _repo_paths(paths: Iterable[str], callables: Iterable[Callable[..., Any] | None], root: Path) -> list[str]:
+    found = {p for p in paths if p}
+    for fn in callables:
+        path = _defining_file(fn)
+        if path is not None and path.is_relative_to(root):
+            found.add(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def profile_source_files(experiment: Experiment, name: str, root: Path) -> list[str]:
+    """The files that define one profile's timed work: its declared sources, the files defining what it runs
+    (run, plan, declines) and the inputs it is given. Two runs whose hashes of all of these agree timed the
+    same code for that profile, whatever else changed between them."""
+    profile = experiment.profile(name)
+    return _repo_paths(profile.sources, (profile.run, profile.plan, profile.unsupported, experiment.make_inputs),
+                       Path(root).resolve())
+
+
 def source_files(experiment: Experiment, root: Path) -> list[str]:
     """Repository-relative paths (POSIX style, sorted) of the files whose contents define `experiment`.
 
     Files outside `root` (installed packages such as torch or an optional peer) are left out: their
     versions are recorded in the environment instead.
     """
-    root = Path(root).resolve()
-    paths = {p for p in (experiment.source_file, *(s for prof in experiment.profiles for s in prof.sources)) if p}
-    for fn in _callables(experiment):
-        found = _defining_file(fn)
-        if found is not None and found.is_relative_to(root):
-            paths.add(found.relative_to(root).as_posix())
-    return sorted(paths)
+    paths = (experiment.source_file, *(s for prof in experiment.profiles for s in prof.sources))
+    return _repo_paths(paths, _callables(experiment), Path(root).resolve())
 
 
 def source_hashes(experiment: Experiment, root: Path) -> dict[str, str]:

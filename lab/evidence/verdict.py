@@ -1,15 +1,18 @@
 """Verdicts: what an experiment's newest run on each GPU says about its claim.
 
-The rule (RULE_TEXT: every experiment page states it in these words before any data):
+The rule (RULE_TEXT: every experiment page states it in these words, with its own numbers, before any data):
 
 * At every case × dtype, the speedup is the best baseline's median time over the subject's median time,
   where the best baseline is the claim's baseline with the fastest median among those that passed the
   accuracy check. Its 95% confidence interval comes from a bootstrap of both sets of raw samples.
-* A point counts against the claim when its interval's upper bound is below 1 (the subject is slower),
-  or when the subject itself is incorrect, errored, unsupported or unavailable there (a kernel that is
-  wrong or absent cannot win). A point with no correct baseline decides nothing.
-* Supported: every point's lower bound reaches the claim's threshold. Rejected: some point counts against
-  the claim. Inconclusive: anything else.
+* Each point gets one word against the claim's measured margin m: Faster (lower bound above 1 + m), Slower
+  (upper bound below 1 − m), Level (the whole interval within 1 ± m) or Undecided (none of these); Failed
+  where the subject was incorrect, errored, unsupported or unavailable. A point with no correct baseline is
+  Undecided.
+* The experiment's verdict follows from its points. Rejected: some point is Slower or Failed. Supported: a
+  parity claim ("at least as fast") when every point is Faster or Level; a win claim ("faster", by at least
+  t) when every point is Faster with its lower bound at or above t. Inconclusive: anything else. A tie is
+  never Rejected: for a win claim it leaves the verdict Inconclusive.
 * Stale: a file hashed into the newest run has changed since; the old data is still shown, marked.
 * No evidence: no run on that GPU, or only runs through the CPU interpreter, whose times are not
   performance evidence.
@@ -20,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from experiments.spec import Decision, Experiment
+from experiments.spec import PARITY, Claim, Decision, Experiment
 from lab.evidence.hashing import changed_sources
 from lab.evidence.records import CPU_EVIDENCE, Point, RunRecord
 from lab.evidence.stats import SpeedupInterval, bootstrap_speedup
@@ -30,22 +33,42 @@ REJECTED = "Rejected"
 INCONCLUSIVE = "Inconclusive"
 NO_EVIDENCE = "No evidence"
 STALE = "Stale"
+STATES = (SUPPORTED, REJECTED, INCONCLUSIVE, STALE, NO_EVIDENCE)
+
+# A point's word: how the subject compares with the best correct baseline there.
+FASTER = "Faster"
+LEVEL = "Level"
+SLOWER = "Slower"
+UNDECIDED = "Undecided"
+FAILED = "Failed"
+WORDS = (FASTER, LEVEL, SLOWER, UNDECIDED, FAILED)
+
+# What a point does to the claim: meets it, counts against it, or neither.
+MEETS = "meets"
+AGAINST = "against"
+NEITHER = "neither"
 
 RULE_TEXT = (
     "At every case and dtype the **speedup** is the best baseline's median time divided by the subject's "
     "median time, where the best baseline is the fastest (by median) of the claim's baselines that passed "
     "the accuracy check. Its 95% confidence interval comes from a bootstrap of both sets of raw samples "
     "(2,000 resamples, fixed seed).",
-    "A point counts **against** the claim when the interval's upper bound is below 1, or when the subject "
-    "itself is incorrect, errored, unsupported or unavailable there. A point with no correct baseline "
-    "decides nothing.",
-    "**Supported** when every point's lower bound reaches the threshold; **Rejected** when some point counts "
-    "against the claim; **Inconclusive** otherwise. **Stale** when a source file hashed into the newest run "
-    "has changed since (the old data stays on the page, marked). **No evidence** without a GPU run: runs "
-    "through the CPU interpreter check the machinery, not performance.",
+    "Each experiment declares a **margin** m, measured rather than chosen: how far one kernel's median moves "
+    "when unchanged code is timed twice on the same GPU. Each point gets one word: **Faster** when the "
+    "interval's lower bound is above 1 + m; **Slower** when its upper bound is below 1 − m; **Level** when "
+    "the whole interval lies within 1 ± m (a tie); **Undecided** otherwise. **Failed** where the subject "
+    "itself was incorrect, errored, unsupported or unavailable; a point with no correct baseline is "
+    "Undecided.",
+    "**Rejected** when some point is Slower or Failed. **Supported**, for a parity claim (\"at least as "
+    "fast\"), when every point is Faster or Level; for a win claim (\"faster\", by at least t), when every "
+    "point is Faster with its lower bound at or above t. **Inconclusive** otherwise: a tie is never "
+    "Rejected. **Stale** when a source file hashed into the newest run has changed since (the old data stays "
+    "on the page, marked). **No evidence** without a GPU run: runs through the CPU interpreter check the "
+    "machinery, not performance.",
 )
 
-# The two clocks a claim can be judged on (lab.measure.timing and lab.measure.eager).
+
+# The two clocks a claim is judged on (lab.measure.timing and lab.measure.eager), each with its own verdict.
 GPU_TIME = "gpu-time"
 EAGER_CALL = "eager-call"
 CLOCKS = (GPU_TIME, EAGER_CALL)
@@ -69,10 +92,19 @@ def clock_timing(result, clock: str) -> tuple[float, tuple[float, ...]] | None:
     return eager.p50_ms, eager.samples_ms
 
 
-# What a point contributes: it supports the claim, counts against it, or decides nothing.
-SUPPORTS = "supports"
-AGAINST = "against"
-UNDECIDED = "undecided"
+def claim_rule(claim: Claim) -> str:
+    """The rule with this claim's numbers in it, one sentence per word."""
+    m = claim.margin.fraction
+    up, down = 1 + m, 1 - m
+    if claim.kind == PARITY:
+        supported = "every point is Faster or Level"
+    elif claim.threshold > 1:
+        supported = f"every point is Faster with its lower bound at or above {claim.threshold:g}"
+    else:
+        supported = "every point is Faster"
+    return (f"Margin ±{m:.1%}: Faster when the 95% interval lies above {up:.3f}, Slower when it lies below "
+            f"{down:.3f}, Level when it lies within {down:.3f}–{up:.3f}, Undecided otherwise. "
+            f"Supported when {supported}; Rejected when any point is Slower or Failed; Inconclusive otherwise.")
 
 
 @dataclass(frozen=True)
@@ -81,7 +113,8 @@ class PointJudgement:
 
     case: str
     dtype: str
-    outcome: str  # SUPPORTS, AGAINST or UNDECIDED
+    word: str  # FASTER, LEVEL, SLOWER, UNDECIDED or FAILED
+    effect: str  # MEETS, AGAINST or NEITHER
     baseline: str | None  # the best correct baseline, if any
     speedup: SpeedupInterval | None
     reason: str
@@ -115,36 +148,54 @@ def _status_text(result) -> str:
     return f"{result.status} ({detail})" if detail else result.status
 
 
+def word_for(interval: SpeedupInterval, margin: float) -> str:
+    """Faster, Slower, Level or Undecided: where the interval lies against 1 ± margin."""
+    if interval.low > 1 + margin:
+        return FASTER
+    if interval.high < 1 - margin:
+        return SLOWER
+    if interval.low >= 1 - margin and interval.high <= 1 + margin:
+        return LEVEL
+    return UNDECIDED
+
+
 def judge_point(experiment: Experiment, point: Point, clock: str = GPU_TIME) -> PointJudgement:
     """Apply the rule at one point of a run, on `clock`'s samples."""
     claim = experiment.claim
     subject = point.results.get(claim.subject)
     if subject is None or subject.status != "ok":
         what = "absent from the run" if subject is None else _status_text(subject)
-        return PointJudgement(point.case, point.dtype, AGAINST, None, None, f"{claim.subject} is {what}")
+        return PointJudgement(point.case, point.dtype, FAILED, AGAINST, None, None, f"{claim.subject} is {what}")
     subject_timing = clock_timing(subject, clock)
     if subject_timing is None:
-        why = (subject.eager.error if subject.eager is not None and subject.eager.error else "no samples")
-        return PointJudgement(point.case, point.dtype, AGAINST, None, None,
+        why = subject.eager.error if subject.eager is not None and subject.eager.error else "no samples"
+        return PointJudgement(point.case, point.dtype, FAILED, AGAINST, None, None,
                               f"{claim.subject} has no {CLOCK_NAMES[clock]} figure ({why})")
-    correct = [
-        (timing[0], name)
-        for name in claim.baselines
-        if (timing := clock_timing(point.results.get(name), clock)) is not None
-    ]
+    correct = [(timing[0], name) for name in claim.baselines
+               if (timing := clock_timing(point.results.get(name), clock)) is not None]
     if not correct:
-        return PointJudgement(point.case, point.dtype, UNDECIDED, None, None, "no baseline ran correctly here")
+        return PointJudgement(point.case, point.dtype, UNDECIDED, NEITHER, None, None,
+                              "no baseline ran correctly here")
     _, best = min(correct)
     interval = bootstrap_speedup(clock_timing(point.results[best], clock)[1], subject_timing[1])
-    if interval.high < 1:
-        outcome, why = AGAINST, f"{best} is faster (upper bound {interval.high:.3f} < 1)"
-    elif interval.low >= claim.threshold:
-        outcome, why = SUPPORTS, f"lower bound {interval.low:.3f} >= threshold {claim.threshold:g}"
+    m = claim.margin.fraction
+    word = word_for(interval, m)
+    bounds = f"[{interval.low:.3f}, {interval.high:.3f}]"
+    if word == SLOWER:
+        effect, why = AGAINST, f"{best} is faster: {bounds} lies below {1 - m:.3f}"
+    elif claim.kind == PARITY and word in (FASTER, LEVEL):
+        effect = MEETS
+        why = (f"{bounds} lies above {1 + m:.3f}" if word == FASTER
+               else f"level with {best}: {bounds} lies within {1 - m:.3f}–{1 + m:.3f}")
+    elif word == FASTER and interval.low >= claim.threshold:
+        effect, why = MEETS, f"{bounds} lies above {max(1 + m, claim.threshold):.3f}"
+    elif word == FASTER:
+        effect, why = NEITHER, f"faster than {best}, but {bounds} does not clear the threshold {claim.threshold:g}"
+    elif word == LEVEL:
+        effect, why = NEITHER, f"level with {best}: {bounds} lies within {1 - m:.3f}–{1 + m:.3f}, a tie, not a win"
     else:
-        outcome, why = UNDECIDED, (
-            f"interval [{interval.low:.3f}, {interval.high:.3f}] neither clears {claim.threshold:g} nor lies below 1"
-        )
-    return PointJudgement(point.case, point.dtype, outcome, best, interval, why)
+        effect, why = NEITHER, f"{bounds} crosses an edge of the tie band {1 - m:.3f}–{1 + m:.3f}"
+    return PointJudgement(point.case, point.dtype, word, effect, best, interval, why)
 
 
 def judge_run(experiment: Experiment, run: RunRecord,
@@ -153,21 +204,37 @@ def judge_run(experiment: Experiment, run: RunRecord,
     points = tuple(judge_point(experiment, p, clock) for p in run.points)
     if not points:
         return INCONCLUSIVE, points, "The run holds no points."
-    against = [p for p in points if p.outcome == AGAINST]
+    against = [p for p in points if p.effect == AGAINST]
     if against:
-        return REJECTED, points, _first_of(against)
-    undecided = [p for p in points if p.outcome == UNDECIDED]
-    if not undecided:
-        threshold = experiment.claim.threshold
-        return SUPPORTED, points, f"Every one of {len(points)} point(s) clears the threshold {threshold:g}"
-    return INCONCLUSIVE, points, _first_of(undecided)
+        return REJECTED, points, _summary("Against the claim", against, len(points))
+    short = [p for p in points if p.effect != MEETS]
+    if not short:
+        return SUPPORTED, points, f"Every point meets the claim: {word_counts(points)}."
+    return INCONCLUSIVE, points, _summary("Short of the claim", short, len(points))
 
 
-def _first_of(judgements: list[PointJudgement]) -> str:
-    """The first judgement's case and reason, and how many more share its outcome."""
-    first = judgements[0]
-    more = f" (and {len(judgements) - 1} more point(s))" if len(judgements) > 1 else ""
-    return f"At {first.case} {first.dtype}: {first.reason}{more}"
+def word_counts(points: Iterable[PointJudgement]) -> str:
+    """"3 Faster, 95 Level" in the order of WORDS, words with no point left out."""
+    points = list(points)
+    counts = [(w, sum(p.word == w for p in points)) for w in WORDS]
+    return ", ".join(f"{n} {w}" for w, n in counts if n)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def point_label(judgement: PointJudgement) -> str:
+    return f"{judgement.case} ({judgement.dtype})"
+
+
+def _summary(what: str, judged: list[PointJudgement], total: int, shown: int = 3) -> str:
+    """"Against the claim at 2 of 98 points (2 Slower): a (dtype), b (dtype)", the first few named."""
+    names = ", ".join(point_label(j) for j in judged[:shown])
+    more = f" and {len(judged) - shown:,} more" if len(judged) > shown else ""
+    first = judged[0]
+    return (f"{what} at {len(judged):,} of {plural(total, 'point')} ({word_counts(judged)}): {names}{more}. "
+            f"At {point_label(first)}: {first.reason}.")
 
 
 def newest(runs: Iterable[RunRecord]) -> RunRecord | None:
@@ -187,7 +254,7 @@ def verdict_for_gpu(experiment: Experiment, runs: Iterable[RunRecord], current_h
     data_state, points, summary = judge_run(experiment, run, clock)
     changed = tuple(changed_sources(run.hashes, current_hashes))
     if changed:
-        summary = f"Changed since run {run.run_id}: {', '.join(changed)}; that run said {data_state}"
+        summary = f"Changed since run {run.run_id}: {', '.join(changed)}; that run said {data_state}. {summary}"
         return Verdict(STALE, run.gpu_key, run, data_state, points, changed, summary)
     return Verdict(data_state, run.gpu_key, run, data_state, points, (), summary)
 

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 from experiments.spec import Experiment
 from lab.evidence.records import RunRecord
-from lab.evidence.verdict import CLOCK_MEANINGS, CLOCK_NAMES, EAGER_CALL, GPU_TIME, NO_EVIDENCE, Verdict, badge
+from lab.evidence.verdict import CLOCK_MEANINGS, CLOCK_NAMES, EAGER_CALL, GPU_TIME, Verdict, word_counts
+from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import profile_names
-
-OUTCOME_WORDS = {"supports": "✓ supports", "against": "✗ against", "undecided": "~ undecided"}
-ADMONITION = {"Supported": "success", "Rejected": "failure", "Inconclusive": "question", "Stale": "warning",
-              NO_EVIDENCE: "note"}
 
 
 def clock_legend() -> list[dict]:
@@ -26,8 +23,8 @@ def eager_section(experiment: Experiment, verdict: Verdict | None) -> dict | Non
         return None
     run = verdict.run
     if run.eager is None:
-        return {"measured": False, "state": verdict.state, "kind": "note",
-                "badge": f"{CLOCK_NAMES[EAGER_CALL]}: GPU time only", "summary": verdict.summary, "rows": []}
+        return {"measured": False, "state": verdict.state, "badge": badges.verdict_badge(verdict),
+                "summary": verdict.summary, "rows": []}
     judgements = {(j.case, j.dtype): j for j in verdict.points}
     rows = []
     for point in run.points:
@@ -43,9 +40,9 @@ def eager_section(experiment: Experiment, verdict: Verdict | None) -> dict | Non
             "baseline": f"`{j.baseline}`" if j is not None and j.baseline else fmt.DASH,
             "baseline_eager": _eager_cell(base),
             "baseline_host": _host_cell(base),
-            "speedup": fmt.ratio(j.speedup.ratio) if j is not None and j.speedup else fmt.DASH,
-            "interval": fmt.interval(j.speedup.low, j.speedup.high) if j is not None and j.speedup else fmt.DASH,
-            "outcome": OUTCOME_WORDS[j.outcome] if j is not None else fmt.DASH,
+            "speedup": (f"{fmt.ratio(j.speedup.ratio)} {fmt.interval(j.speedup.low, j.speedup.high)}"
+                        if j is not None and j.speedup else fmt.DASH),
+            "word": badges.word(j.word, j.reason) if j is not None else fmt.DASH,
         })
     names = profile_names(experiment, run.points)
     matrix = [{"case": p.case, "dtype": p.dtype,
@@ -54,8 +51,8 @@ def eager_section(experiment: Experiment, verdict: Verdict | None) -> dict | Non
     return {
         "measured": True,
         "state": verdict.state,
-        "kind": ADMONITION.get(verdict.state, "note"),
-        "badge": f"{CLOCK_NAMES[EAGER_CALL]}: {badge(experiment, verdict)}",
+        "badge": badges.verdict_badge(verdict),
+        "counts": word_counts(verdict.points),
         "summary": verdict.summary,
         "method": _method_text(run),
         "rows": rows,
@@ -82,7 +79,7 @@ def _host_cell(result) -> str:
 
 def _method_text(run: RunRecord) -> str:
     m = run.eager
-    return (f"{m.clock}; {m.samples} batches per profile after {m.warmup_rounds} warm-up round(s), each "
+    return (f"{m.clock}; {m.samples} batches per profile after {fmt.plural(m.warmup_rounds, 'warm-up round')}, each "
             f"{m.min_calls}–{m.max_calls} calls (as many as fill about {m.batch_seconds * 1e3:g} ms); input copies "
             f"together past {fmt.size_bytes(m.copies_past_bytes)}; host time over the first {m.host_batch_max} "
             "calls of each batch")

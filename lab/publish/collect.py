@@ -12,8 +12,7 @@ from experiments.spec import Decision, Experiment
 from lab.evidence.records import Point, RunRecord
 from lab.evidence.store import RecordProblem, load_records
 from lab.evidence.verdict import EAGER_CALL, Verdict, verdicts_by_gpu
-
-
+from lab.publish.formatting import gpu_labels
 
 
 @dataclass
@@ -39,6 +38,11 @@ class Evidence:
                 if run.gpu_key not in names or names[run.gpu_key][0] < stamp:
                     names[run.gpu_key] = (stamp, run.gpu_name)
         return {key: name for key, (_, name) in sorted(names.items())}
+
+    @property
+    def gpu_labels(self) -> dict[str, str]:
+        """GPU key -> the short label tables and plots use ("H100", "H200"; formatting.gpu_labels)."""
+        return gpu_labels(self.gpu_names)
 
     @property
     def evidence_gpus(self) -> list[str]:

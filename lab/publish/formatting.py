@@ -9,6 +9,7 @@ value is an en dash.
 from __future__ import annotations
 
 import shlex
+from typing import Mapping
 
 DASH = "–"
 
@@ -84,3 +85,62 @@ def table_cell(text: object) -> str:
 def describe_command(command: list[str] | tuple[str, ...]) -> str:
     """A recorded command line as one shell-quoted string."""
     return shlex.join(command)
+
+
+# Options that say where this host keeps its files: meaningless to a reader, who runs with the defaults.
+HOST_OPTIONS = {"--records-dir": 1, "--docs-dir": 1, "--no-progress": 0}
+
+
+def reader_command(command: list[str] | tuple[str, ...]) -> str:
+    """A recorded command line as a reader can run it from the repository root: the host's own paths and
+    progress switch dropped, an absolute executable named by its file name, a script run through python."""
+    args = list(command)
+    kept: list[str] = []
+    skip = 0
+    for arg in args:
+        if skip:
+            skip -= 1
+            continue
+        name = arg.split("=", 1)[0]
+        if name in HOST_OPTIONS:
+            skip = HOST_OPTIONS[name] if "=" not in arg else 0
+            continue
+        kept.append(arg.rsplit("/", 1)[-1] if arg.startswith("/") and _executable(arg) else arg)
+    if kept and kept[0].endswith(".py"):
+        kept.insert(0, "python")
+    return shlex.join(kept)
+
+
+def _executable(path: str) -> bool:
+    """An absolute path to a program (…/bin/ncu, …/.venv/bin/python3), not a data file."""
+    return "/bin/" in path
+
+
+def short_run_id(run_id: str) -> str:
+    """The run id's last part ("…-bb4c4d" -> "bb4c4d"): unique enough beside its date and GPU."""
+    return run_id.rsplit("-", 1)[-1]
+
+
+def gpu_short(name: str) -> str:
+    """"NVIDIA H100 80GB HBM3" -> "H100 80GB HBM3": the vendor is the same on every row."""
+    return name.removeprefix("NVIDIA ").strip() or name
+
+
+def gpu_labels(names: Mapping[str, str]) -> dict[str, str]:
+    """Key -> the fewest leading words of each name, vendor dropped, that still tell every name apart
+    ("NVIDIA H100 80GB HBM3" and "NVIDIA H200" -> "H100" and "H200")."""
+    words = {key: gpu_short(name).split() or [name] for key, name in names.items()}
+    for n in range(1, max((len(w) for w in words.values()), default=0) + 1):
+        labels = {key: " ".join(w[:n]) for key, w in words.items()}
+        if len(set(labels.values())) == len(labels):
+            return labels
+    return {key: " ".join(w) for key, w in words.items()}
+
+
+def utc_date(stamp: str) -> str:
+    """"2026-11-23T11:16:43Z" -> "2026-11-23 11:16"."""
+    return stamp.replace("T", " ")[:16] if "T" in stamp else stamp
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"

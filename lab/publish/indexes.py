@@ -1,5 +1,5 @@
 """View models of the pages that gather experiments: the experiments index and verdict snippet, each
-experiment's summary snippet, the decision pages and the environment snippet.
+experiment's summary snippet, the decision pages, the environment snippet and the legend of the words.
 
 Snippets under docs/generated/ are included into pages elsewhere, so their links are written from the docs
 root (/experiments/<slug>.md), which MkDocs resolves for the including page when
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from experiments.spec import Decision
 from lab.evidence.records import RunRecord
-from lab.evidence.verdict import AGAINST, DECISION_RULE, OPEN, badge, decide
+from lab.evidence.verdict import AGAINST, DECISION_RULE, OPEN, decide, word_counts
+from lab.publish import badges
 from lab.publish import formatting as fmt
-from lab.publish.collect import Evidence
-from lab.publish.collect import dtypes_in
-from lab.publish.views import ADMONITION, gpu_order, verdict_label, run_shape
+from lab.publish.collect import Evidence, dtypes_in
+from lab.publish.views import gpu_order, run_shape
 
 
 def index_rows(evidence: Evidence, link_prefix: str) -> tuple[list[str], list[dict]]:
@@ -28,16 +28,16 @@ def index_rows(evidence: Evidence, link_prefix: str) -> tuple[list[str], list[di
             "title": experiment.title,
             "link": f"{link_prefix}{slug}.md",
             "question": fmt.table_cell(experiment.question),
+            "claim": experiment.claim.short,
             "run_shape": run_shape(experiment),
-            "cells": [verdict_label(experiment, verdicts.get(key)) for key in gpus],
-            "no_gpu": badge(experiment, None),
+            "cells": [badges.verdict_badge(verdicts.get(key)) for key in gpus],
+            "no_gpu": badges.verdict_badge(None),
         })
-    return [names[k] for k in gpus], rows
+    return [evidence.gpu_labels[k] for k in gpus], rows
 
 
 def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
     """Per GPU with performance evidence and dtype: the subject against the best baseline, in brief."""
-    experiment = evidence.experiments[slug]
     rows = []
     for key in evidence.evidence_gpus:
         verdict = evidence.verdicts[slug].get(key)
@@ -49,17 +49,18 @@ def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
             low = min(timed, key=lambda j: j.speedup.ratio, default=None)
             high = max(timed, key=lambda j: j.speedup.ratio, default=None)
             rows.append({
-                "gpu": evidence.gpu_names[key],
+                "gpu": evidence.gpu_labels[key],
                 "dtype": dtype,
-                "verdict": verdict_label(experiment, verdict),
+                "verdict": badges.verdict_badge(verdict),
                 "points": len(judged),
-                "against": sum(j.outcome == AGAINST for j in judged),
+                "counts": word_counts(judged) or fmt.DASH,
+                "against": sum(j.effect == AGAINST for j in judged),
                 "lowest": f"{fmt.ratio(low.speedup.ratio)} {fmt.interval(low.speedup.low, low.speedup.high)}"
                 if low else fmt.DASH,
                 "lowest_at": low.case if low else fmt.DASH,
                 "highest": fmt.ratio(high.speedup.ratio) if high else fmt.DASH,
                 "run_link": f"/records/{slug}/{verdict.run.run_id}.json",
-                "run_id": verdict.run.run_id,
+                "run_id": fmt.short_run_id(verdict.run.run_id),
             })
     return rows
 
@@ -72,8 +73,8 @@ def decision_context(evidence: Evidence, decision: Decision, link_prefix: str) -
     for key in gpus:
         call = decide(decision, {slug: evidence.verdicts[slug][key] for slug in decision.experiments
                                  if slug in evidence.verdicts and key in evidence.verdicts[slug]})
-        calls.append({"gpu": names[key], "outcome": call.outcome, "kind": ADMONITION[call.outcome],
-                      "text": call.text})
+        calls.append({"gpu": evidence.gpu_labels[key], "outcome": call.outcome, "text": call.text,
+                      "kind": f"kl-box-{badges.css_name(call.outcome)}", "badge": badges.badge(call.outcome)})
     experiments = []
     for slug in decision.experiments:
         experiment = evidence.experiments.get(slug)
@@ -82,16 +83,17 @@ def decision_context(evidence: Evidence, decision: Decision, link_prefix: str) -
             "known": experiment is not None,
             "title": experiment.title if experiment else slug,
             "link": f"{link_prefix}{slug}.md",
-            "cells": [verdict_label(experiment, evidence.verdicts[slug].get(key)) if experiment
+            "cells": [badges.verdict_badge(evidence.verdicts[slug].get(key)) if experiment
                       else "not declared" for key in gpus],
         })
     return {
         "d": decision,
-        "gpus": [names[k] for k in gpus],
+        "gpus": [evidence.gpu_labels[k] for k in gpus],
         "calls": calls,
         "experiments": experiments,
         "rule": DECISION_RULE,
-        "open_kind": ADMONITION[OPEN],
+        "open_kind": f"kl-box-{badges.css_name(OPEN)}",
+        "open_badge": badges.badge(OPEN),
     }
 
 

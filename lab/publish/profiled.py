@@ -10,7 +10,7 @@ from experiments.spec import Experiment
 from lab.evidence.records import Point, RunRecord
 from lab.publish import formatting as fmt
 from lab.publish.collect import dtypes_in, profile_names
-from lab.publish.formatting import describe_command
+from lab.publish.formatting import reader_command
 
 
 def _kernel_names(kernels: Sequence[Mapping]) -> str:
@@ -62,7 +62,7 @@ def profiled_facts(experiment: Experiment, run: RunRecord) -> dict | None:
         return None
     context = {
         "version": f" {block['ncu_version']}" if block.get("ncu_version") else "",
-        "command": describe_command(block.get("command") or []),
+        "command": reader_command(block.get("command") or []),
         "error": block.get("error"),
     }
     if context["error"]:

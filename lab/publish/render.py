@@ -20,17 +20,18 @@ from typing import Mapping
 import jinja2
 
 from lab.evidence.store import replace_text
-from lab.evidence.verdict import DECISION_RULE, badge
+from lab.evidence.verdict import DECISION_RULE, RULE_TEXT
+from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.indexes import decision_context, environment_rows, index_rows, summary_rows
-from lab.publish.plots import plot_filename, render_plot
+from lab.publish.overview import clocks_with_data, performance_verdicts, speedup_series
+from lab.publish.plots import plot_filename, render_plot, render_speedup_plot, speedup_plot_filename
 from lab.publish.views import (
     GENERATED_DIRS,
     GENERATED_HEADER,
     PLOTS_DIR,
     REFRESH_COMMAND,
-    verdict_label,
     experiment_page_context,
 )
 
@@ -50,6 +51,7 @@ def _jinja() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["cell"] = fmt.table_cell
+    env.filters["plural"] = fmt.plural
     env.filters["indent4"] = lambda text: str(text).replace("\n", "\n    ")
     return env
 
@@ -58,24 +60,32 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
     """Every generated file, as docs-relative path -> content (SVG plots included)."""
     env = _jinja()
     gpu_names = evidence.gpu_names
-    out: dict[str, str] = {}
+    legend = env.get_template("snippet_legend.md.j2").render(header=GENERATED_HEADER, legend=badges.legend_rows())
+    out: dict[str, str] = {"generated/legend.md": legend}
     gpu_columns, experiment_rows = index_rows(evidence, "")
     out["experiments/index.md"] = env.get_template("experiments_index.md.j2").render(
         header=GENERATED_HEADER, gpus=gpu_columns, rows=experiment_rows, any_runs=any(evidence.runs.values()),
-        refresh=REFRESH_COMMAND,
+        refresh=REFRESH_COMMAND, legend=legend.split("\n", 2)[2].strip(),
     )
     for slug, experiment in evidence.experiments.items():
         out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(
             **experiment_page_context(evidence, slug))
         for key, verdict in evidence.verdicts[slug].items():
             for dtype in dtypes_in(verdict.run):
-                out[f"{PLOTS_DIR}/{plot_filename(slug, key, dtype)}"] = render_plot(experiment, verdict.run, dtype)
+                out[f"{PLOTS_DIR}/{plot_filename(slug, key, dtype)}"] = render_plot(
+                    experiment, verdict.run, dtype, evidence.gpu_labels.get(key, key))
+        for clock in clocks_with_data(evidence, slug):
+            series = speedup_series(evidence, slug, clock)
+            for dtype in dict.fromkeys(d for _, v in performance_verdicts(evidence, slug, clock)
+                                       for d in dtypes_in(v.run)):
+                out[f"{PLOTS_DIR}/{speedup_plot_filename(slug, dtype, clock)}"] = render_speedup_plot(
+                    experiment, dtype, series, clock)
         out[f"generated/{slug}.md"] = env.get_template("snippet_experiment.md.j2").render(
             header=GENERATED_HEADER, e=experiment, link=f"/experiments/{slug}.md",
-            badges=[{"gpu": gpu_names[k], "label": verdict_label(experiment, v)}
+            badges=[{"gpu": evidence.gpu_labels[k], "badge": badges.verdict_badge(v)}
                     for k, v in evidence.verdicts[slug].items() if v.run.is_performance_evidence],
-            no_evidence=badge(experiment, None), rows=summary_rows(evidence, slug),
-            refresh=f"{REFRESH_COMMAND} {slug}",
+            no_evidence=badges.verdict_badge(None), rows=summary_rows(evidence, slug),
+            refresh=f"{REFRESH_COMMAND} {slug}", margin=f"{experiment.claim.margin.fraction:.1%}",
         )
     decision_pages = []
     for decision in evidence.decisions:
@@ -90,6 +100,7 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
         header=GENERATED_HEADER, gpus=gpu_columns, rows=verdict_rows, refresh=REFRESH_COMMAND)
     out["generated/environment.md"] = env.get_template("snippet_environment.md.j2").render(
         header=GENERATED_HEADER, rows=environment_rows(evidence), refresh=REFRESH_COMMAND)
+    out["generated/rule.md"] = "\n\n".join((GENERATED_HEADER, *RULE_TEXT, DECISION_RULE)) + "\n"
     return dict(sorted(out.items()))
 
 

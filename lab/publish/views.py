@@ -1,5 +1,6 @@
-"""View models of an experiment's page: what its template shows, already formatted — the sections per GPU,
-the tables of each dtype, the profiled (Nsight Compute) facts, the run facts and the runs table.
+"""View model of an experiment's page: what its template shows, already formatted — the rule with its
+numbers, the summary card, the GPUs side by side and the history (lab.publish.overview), then the detail per
+GPU: the tables of each dtype, the profiled (Nsight Compute) facts and the run facts.
 
 Links: pages under docs/experiments/ link relatively (../records/<slug>/<id>.json is published by the site's
 hook).
@@ -10,28 +11,25 @@ from __future__ import annotations
 import json
 from typing import Iterable, Mapping
 
-from experiments.spec import Experiment
-from lab.evidence.hashing import changed_sources
-from lab.evidence.records import CPU_EVIDENCE, CPU_GPU_KEY, Point, RunRecord
+from experiments.spec import PARITY, Experiment
+from lab.evidence.records import CPU_GPU_KEY, Point, RunRecord
 from lab.evidence.verdict import (
     AGAINST,
-    INCONCLUSIVE,
+    MEETS,
     NO_EVIDENCE,
-    OPEN,
-    REJECTED,
     RULE_TEXT,
-    STALE,
-    SUPPORTED,
-    SUPPORTS,
-    UNDECIDED,
     PointJudgement,
     Verdict,
     badge,
+    claim_rule,
+    plural,
+    word_counts,
 )
+from lab.publish import badges
 from lab.publish import formatting as fmt
+from lab.publish import overview
 from lab.publish.clocks import clock_legend, eager_section
 from lab.publish.collect import Evidence, dtypes_in, profile_names
-from lab.publish.formatting import describe_command
 from lab.publish.plots import plot_filename
 from lab.publish.profiled import profiled_facts
 
@@ -42,19 +40,13 @@ GENERATED_HEADER = (
 GENERATED_DIRS = ("experiments", "decisions", "generated")
 PLOTS_DIR = "assets/plots"
 REFRESH_COMMAND = "python tools/build_results.py"
-
-# MkDocs Material admonition kind per verdict.
-ADMONITION = {SUPPORTED: "success", REJECTED: "failure", INCONCLUSIVE: "question", STALE: "warning",
-              NO_EVIDENCE: "note", OPEN: "question"}
-OUTCOME_MARK = {SUPPORTS: "✓ supports", AGAINST: "✗ against", UNDECIDED: "~ undecided"}
 # Incorrect results are shown in red, and marked so that colour is not the only signal.
-INCORRECT_MARK = '<span style="color: #c62828; font-weight: 600">✗ incorrect</span>'
-
-
+INCORRECT_MARK = '<span class="kl-incorrect">✗ incorrect</span>'
 
 
 def verdict_label(experiment: Experiment, verdict: Verdict | None) -> str:
-    if verdict is not None and verdict.state == STALE and verdict.data_state:
+    """The verdict as plain text, e.g. "Stale: softmax win claim (was Supported)" (for the command line)."""
+    if verdict is not None and verdict.state == "Stale" and verdict.data_state:
         return f"{badge(experiment, verdict)} (was {verdict.data_state})"
     return badge(experiment, verdict)
 
@@ -73,15 +65,21 @@ def _status_cell(result) -> str:
 
 def _judgement_row(j: PointJudgement | None, cpu: bool) -> dict:
     if cpu or j is None:
-        return {"speedup": fmt.DASH, "interval": fmt.DASH, "outcome": fmt.DASH, "reason": "", "baseline": fmt.DASH}
+        return {"speedup": fmt.DASH, "word": fmt.DASH, "reason": "", "baseline": fmt.DASH, "effect": ""}
     s = j.speedup
     return {
-        "speedup": fmt.ratio(s.ratio if s else None),
-        "interval": fmt.interval(s.low, s.high) if s else fmt.DASH,
-        "outcome": OUTCOME_MARK[j.outcome],
+        "speedup": f"{fmt.ratio(s.ratio)} {fmt.interval(s.low, s.high)}" if s else fmt.DASH,
+        "word": badges.word(j.word, j.reason),
         "reason": fmt.table_cell(j.reason),
         "baseline": f"`{j.baseline}`" if j.baseline else fmt.DASH,
+        "effect": j.effect,
     }
+
+
+def _role(experiment: Experiment, name: str) -> str:
+    if name == experiment.claim.subject:
+        return "subject"
+    return "baseline" if name in experiment.claim.baselines else ""
 
 
 def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgement | None, cpu: bool) -> list[dict]:
@@ -113,12 +111,6 @@ def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgemen
     return rows
 
 
-def _role(experiment: Experiment, name: str) -> str:
-    if name == experiment.claim.subject:
-        return "subject"
-    return "baseline" if name in experiment.claim.baselines else "other"
-
-
 def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cpu: bool) -> list[dict]:
     rows = []
     subject = experiment.claim.subject
@@ -128,7 +120,7 @@ def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cp
         base = point.results.get(j.baseline) if j is not None and j.baseline else None
         rows.append({
             "case": point.case,
-            "x": point.shape.get(experiment.x_axis, "") if experiment.x_axis else "",
+            "x": f"{point.shape[experiment.x_axis]:,}" if experiment.x_axis in point.shape else "",
             "subject_p50": fmt.latency_us(result.p50_ms) if result else fmt.DASH,
             "subject_gbps": fmt.gbps(result.gbps) if result else fmt.DASH,
             "subject_pct": fmt.percent(result.pct_of_ceiling) if result else fmt.DASH,
@@ -185,7 +177,7 @@ def _plans(experiment: Experiment, run: RunRecord) -> list[dict]:
     return rows
 
 
-def _run_facts(run: RunRecord) -> dict:
+def _run_facts(run: RunRecord, gpu_label: str) -> dict:
     env = run.environment
     smi = env.get("nvidia_smi") or {}
     ceiling = run.copy_ceiling
@@ -207,12 +199,10 @@ def _run_facts(run: RunRecord) -> dict:
     if smi.get("memory_clock_mhz"):
         device.append(f"memory clock {smi['memory_clock_mhz']} MHz")
     return {
-        "run_id": run.run_id,
-        "link": f"../records/{run.experiment}/{run.run_id}.json",
+        **overview.run_ref(run, gpu_label),
         "started": run.started_utc,
         "finished": run.finished_utc,
-        "commit": fmt.short_commit(run.git.get("commit"), run.git.get("dirty")),
-        "command": describe_command(run.command),
+        "command": fmt.reader_command(run.command),
         "software": ", ".join(software),
         "device": ", ".join(device) or fmt.DASH,
         "ceiling": (f"{fmt.gbps(ceiling.gbps)} GB/s (device-to-device copy of {fmt.size_bytes(ceiling.bytes_copied)}, "
@@ -229,7 +219,7 @@ def _timing_text(run: RunRecord) -> str:
         samples = (f"{t.min_samples}–{t.max_samples} samples per point (as many as fit in about "
                    f"{t.target_seconds:g} s of the slowest profile)")
     return (f"{t.clock}, L2 flushed ({fmt.size_bytes(t.l2_flush_bytes)} zeroed) before every call, "
-            f"{t.warmup_rounds} warm-up round(s) discarded, {samples}, {t.order}")
+            f"{fmt.plural(t.warmup_rounds, 'warm-up round')} discarded, {samples}, {t.order}")
 
 
 def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_names: Mapping[str, str]) -> dict:
@@ -241,6 +231,7 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
         points = [p for p in run.points if p.dtype == dtype]
         single = len(points) == 1
         judgement = judgements.get((points[0].case, dtype))
+        case_rows = [] if single else _case_rows(experiment, points, judgements, cpu)
         dtypes.append({
             "dtype": dtype,
             "plot": f"../{PLOTS_DIR}/{plot_filename(experiment.slug, gpu_key, dtype)}",
@@ -249,7 +240,11 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
             "checked_rows": _checked_rows_text(points),
             "profile_rows": _profile_rows(experiment, points[0], judgement, cpu) if single else [],
             "judgement": _judgement_row(judgement, cpu) if single else None,
-            "case_rows": [] if single else _case_rows(experiment, points, judgements, cpu),
+            "case_rows": case_rows,
+            # Points against the claim first, then those short of it: the rows a reader must see.
+            "short_rows": sorted((r for r in case_rows if r["effect"] not in ("", MEETS)),
+                                 key=lambda r: r["effect"] != AGAINST),
+            "long": len(case_rows) > 12,
             "matrix": None if single else _matrix(experiment, points),
             "not_timed": [] if single else _not_timed(experiment, points),
             "has_flops": any(p.flops for p in points),
@@ -258,12 +253,12 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
         "gpu_name": gpu_names.get(gpu_key, gpu_key),
         "cpu": cpu,
         "state": verdict.state,
-        "kind": ADMONITION[verdict.state],
-        "badge": verdict_label(experiment, verdict),
+        "badge": badges.verdict_badge(verdict),
         "summary": verdict.summary,
+        "counts": word_counts(verdict.points),
         "changed": list(verdict.changed),
         "data_state": verdict.data_state,
-        "run": _run_facts(run),
+        "run": _run_facts(run, gpu_names.get(gpu_key, gpu_key)),
         "dtypes": dtypes,
         "plans": _plans(experiment, run),
         "profiled": profiled_facts(experiment, run),
@@ -283,29 +278,18 @@ def gpu_order(keys: Iterable[str]) -> list[str]:
     return sorted(keys, key=lambda k: (k == CPU_GPU_KEY, k))
 
 
-def _runs_table(evidence: Evidence, slug: str) -> list[dict]:
-    newest_by_gpu: dict[str, str] = {}
-    for run in evidence.runs[slug]:  # newest first
-        newest_by_gpu.setdefault(run.gpu_key, run.run_id)
-    rows = []
-    for run in evidence.runs[slug]:
-        if not run.is_performance_evidence:
-            readiness = CPU_EVIDENCE
-        elif newest_by_gpu[run.gpu_key] != run.run_id:
-            readiness = f"superseded by {newest_by_gpu[run.gpu_key]}"
-        else:
-            changed = changed_sources(run.hashes, evidence.current_hashes[slug])
-            readiness = f"stale: {', '.join(changed)} changed" if changed else "fresh"
-        rows.append({
-            "run_id": run.run_id,
-            "link": f"../records/{slug}/{run.run_id}.json",
-            "gpu": run.gpu_name,
-            "started": run.started_utc,
-            "commit": fmt.short_commit(run.git.get("commit"), run.git.get("dirty")),
-            "points": len(run.points),
-            "readiness": fmt.table_cell(readiness),
-        })
-    return rows
+def evidence_facts(evidence: Evidence, slug: str) -> str:
+    """What the records hold for `slug`, in one sentence generated from them (never typed)."""
+    runs = [r for r in evidence.runs[slug] if r.is_performance_evidence]
+    if not runs:
+        return "No GPU run of this experiment is on record."
+    gpus = sorted({evidence.gpu_labels[r.gpu_key] for r in runs})
+    newest = [v.run for _, v in overview.performance_verdicts(evidence, slug)]
+    shapes = sorted({(p.case, p.dtype) for r in newest for p in r.points})
+    profiles = sorted({n for r in newest for p in r.points for n in p.results})
+    return (f"On record: {plural(len(runs), 'GPU run')} on {plural(len(gpus), 'GPU model')} ({', '.join(gpus)}); "
+            f"the newest run on each covers {plural(len(shapes), 'point')} (case × dtype) and "
+            f"{plural(len(profiles), 'profile')}. Each GPU model is judged on its own.")
 
 
 def experiment_page_context(evidence: Evidence, slug: str) -> dict:
@@ -316,13 +300,22 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
     sections = [_gpu_section(experiment, key, verdicts[key], gpu_names) for key in gpu_order(verdicts)]
     for section, key in zip(sections, gpu_order(verdicts)):
         section["eager"] = eager_section(experiment, evidence.eager_verdicts.get(slug, {}).get(key))
+    claim = experiment.claim
     return {
         "header": GENERATED_HEADER,
         "e": experiment,
         "run_shape": run_shape(experiment),
-        "no_evidence_badge": badge(experiment, None),
+        "no_evidence_badge": badges.badge(NO_EVIDENCE),
         "rule": RULE_TEXT,
         "clocks": clock_legend(),
+        "claim_rule": claim_rule(claim),
+        "claim_kind": "parity" if claim.kind == PARITY else "win",
+        "margin": f"±{claim.margin.fraction:.1%}",
+        "margin_basis": claim.margin.basis,
+        "card": overview.summary_card(evidence, slug),
+        "sides": overview.sides(evidence, slug),
+        "history": overview.history(evidence, slug),
+        "facts": evidence_facts(evidence, slug),
         "sections": sections,
         "decisions": [{"slug": d, "title": decisions[d].title if d in decisions else d,
                        "known": d in decisions} for d in experiment.decisions],
@@ -336,10 +329,8 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
                        for d, v in experiment.tolerance.items()],
         "sources": sorted(evidence.current_hashes[slug]),
         "refresh": f"{REFRESH_COMMAND} {slug}",
-        "runs": _runs_table(evidence, slug),
     }
 
 
 def run_shape(experiment: Experiment) -> str:
-    cases, profiles = len(experiment.cases), len(experiment.profiles)
-    return f"{cases} case{'s' if cases != 1 else ''} / {profiles} profile{'s' if profiles != 1 else ''}"
+    return f"{plural(len(experiment.cases), 'case')} / {plural(len(experiment.profiles), 'profile')}"

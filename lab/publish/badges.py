@@ -1,0 +1,89 @@
+"""Verdict badges and point words: one small HTML component, the same on every page and in every snippet.
+
+A badge is `<span class="kl-badge kl-badge--<state>">Word</span>`; its colour and icon come from
+docs/assets/stylesheets/extra.css, one per state, so colour is never the only signal (the word is there,
+and the icon differs too). A point's word (Faster, Level, ...) is the lighter `kl-word` mark. Every text
+that goes into the HTML passes through `esc`, so a record's strings can never become markup.
+"""
+
+from __future__ import annotations
+
+import html
+
+from lab.evidence.verdict import (
+    FAILED,
+    FASTER,
+    INCONCLUSIVE,
+    LEVEL,
+    NO_EVIDENCE,
+    OPEN,
+    REJECTED,
+    SLOWER,
+    STALE,
+    SUPPORTED,
+    UNDECIDED,
+    Verdict,
+)
+
+# What each word means, in the words every page uses (the legend, tooltips, the method page).
+MEANING = {
+    SUPPORTED: "every point meets the claim",
+    REJECTED: "some point is Slower or Failed",
+    INCONCLUSIVE: "neither: some point is Undecided, or short of a win claim",
+    STALE: "code hashed into the newest run has changed since; the old data is kept, marked",
+    NO_EVIDENCE: "no GPU run yet",
+    OPEN: "a decision whose experiments are neither all Supported nor any Rejected",
+    FASTER: "the whole 95% interval lies above 1 + margin",
+    LEVEL: "the whole 95% interval lies within 1 ± margin: a tie",
+    SLOWER: "the whole 95% interval lies below 1 − margin",
+    UNDECIDED: "the interval crosses an edge of 1 ± margin: neither inside the band nor clear of it",
+    FAILED: "the subject was incorrect, errored, unsupported or unavailable",
+}
+VERDICT_STATES = (SUPPORTED, REJECTED, INCONCLUSIVE, STALE, NO_EVIDENCE, OPEN)
+POINT_WORDS = (FASTER, LEVEL, SLOWER, UNDECIDED, FAILED)
+
+
+def esc(text: object) -> str:
+    """`text` safe inside HTML (and inside a Markdown table cell: pipes escaped, lines joined)."""
+    return html.escape(str(text), quote=True).replace("|", "&#124;").replace("\n", " ")
+
+
+def css_name(word: str) -> str:
+    return word.lower().replace(" ", "-")
+
+
+def badge(state: str, title: str = "", label: str | None = None) -> str:
+    """The badge of a verdict or decision state; `title` is its tooltip (e.g. the verdict's summary)."""
+    tip = f' title="{esc(title)}"' if title else ""
+    return f'<span class="kl-badge kl-badge--{css_name(state)}"{tip}>{esc(label or state)}</span>'
+
+
+def word(point_word: str, title: str = "") -> str:
+    """The mark of a point's word (Faster, Level, Slower, Undecided, Failed)."""
+    tip = f' title="{esc(title)}"' if title else ""
+    return f'<span class="kl-word kl-word--{css_name(point_word)}"{tip}>{esc(point_word)}</span>'
+
+
+def tick(state: str, link: str, title: str) -> str:
+    """One run in a history strip: a small square in its verdict's colour, linked to its record. Written as a
+    Markdown link so that MkDocs resolves `link` like every other link on the page."""
+    tip = esc(title).replace("&quot;", "").replace("&#x27;", "")
+    return f'[<span class="kl-sr">{esc(state)}</span>]({link} "{tip}"){{ .kl-tick .kl-tick--{css_name(state)} }}'
+
+
+def verdict_badge(verdict: Verdict | None) -> str:
+    """A verdict's badge; a stale one also says, in small print, what its old data said."""
+    if verdict is None:
+        return badge(NO_EVIDENCE, MEANING[NO_EVIDENCE])
+    out = badge(verdict.state, verdict.summary)
+    if verdict.state == STALE and verdict.data_state:
+        out += f' <span class="kl-was">was {badge(verdict.data_state, "what that run said under the rule")}</span>'
+    return out
+
+
+def legend_rows() -> dict[str, list[dict]]:
+    """Every badge and word with its meaning: the legend snippet, and the page the browser tests read."""
+    return {
+        "states": [{"badge": badge(s), "meaning": MEANING[s]} for s in VERDICT_STATES],
+        "words": [{"badge": word(w), "meaning": MEANING[w]} for w in POINT_WORDS],
+    }

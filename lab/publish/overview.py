@@ -1,0 +1,258 @@
+"""View models of what an experiment page shows before its per-GPU detail: the summary card, the GPUs side by
+side, and the verdict of every run ever recorded (the history) — each on every clock the records hold (GPU
+time always; the eager-call clock where a run measured it).
+
+Numbers are formatted here (lab.publish.formatting); words and badges come from lab.publish.badges; record
+strings reach HTML only through `badges.esc` or the templates' `cell` filter.
+"""
+
+from __future__ import annotations
+
+from experiments.spec import Experiment
+from lab.evidence.hashing import changed_sources
+from lab.evidence.records import Point, RunRecord
+from lab.evidence.verdict import (
+    CLOCK_NAMES,
+    EAGER_CALL,
+    GPU_TIME,
+    MEETS,
+    NO_EVIDENCE,
+    STALE,
+    PointJudgement,
+    Verdict,
+    clock_timing,
+    judge_run,
+    word_counts,
+)
+from lab.publish import badges
+from lab.publish import formatting as fmt
+from lab.publish.collect import Evidence, dtypes_in
+from lab.publish.plots import GPU_PALETTE, speedup_plot_filename
+
+PLOTS = "../assets/plots"
+CARD_POINTS = 4  # a GPU and dtype with more points than this shows its lowest and highest speedup only
+
+
+def record_link(run: RunRecord) -> str:
+    return f"../records/{run.experiment}/{run.run_id}.json"
+
+
+def run_ref(run: RunRecord, gpu_label: str) -> dict:
+    """How a run is named in tables: its short id linked to the record, date, GPU and commit."""
+    return {
+        "short": fmt.short_run_id(run.run_id),
+        "run_id": run.run_id,
+        "link": record_link(run),
+        "date": fmt.utc_date(run.started_utc),
+        "commit": fmt.short_commit(run.git.get("commit"), run.git.get("dirty")),
+        "gpu": gpu_label,
+    }
+
+
+def clock_verdicts(evidence: Evidence, slug: str, clock: str) -> dict[str, Verdict]:
+    return evidence.verdicts[slug] if clock == GPU_TIME else evidence.eager_verdicts.get(slug, {})
+
+
+def performance_verdicts(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> list[tuple[str, Verdict]]:
+    """(GPU key, verdict on `clock`) for every GPU whose newest run of `slug` is a GPU run that holds `clock`,
+    in the evidence's GPU order."""
+    verdicts = clock_verdicts(evidence, slug, clock)
+    return [(k, verdicts[k]) for k in evidence.evidence_gpus
+            if k in verdicts and verdicts[k].run is not None and verdicts[k].run.is_performance_evidence
+            and (clock == GPU_TIME or verdicts[k].run.eager is not None)]
+
+
+def clocks_with_data(evidence: Evidence, slug: str) -> list[str]:
+    """GPU time, and the eager-call clock when some GPU's newest run measured it."""
+    return [GPU_TIME] + ([EAGER_CALL] if performance_verdicts(evidence, slug, EAGER_CALL) else [])
+
+
+def gpu_colour(evidence: Evidence, gpu_key: str) -> str:
+    """A GPU's colour in every side-by-side plot: by its place among all GPUs with evidence, so it never changes
+    from page to page."""
+    return GPU_PALETTE[evidence.evidence_gpus.index(gpu_key) % len(GPU_PALETTE)]
+
+
+def _time_and_rate(point: Point, result, clock: str) -> str:
+    timing = clock_timing(result, clock)
+    if timing is None:
+        return fmt.DASH if result is None else result.status
+    p50 = timing[0]
+    return f"{fmt.latency_us(p50)} µs<br>{fmt.gbps(point.bytes_moved / (p50 * 1e-3) / 1e9)} GB/s"
+
+
+def _speedup(j: PointJudgement | None, between: str = " ") -> str:
+    if j is None or j.speedup is None:
+        return fmt.DASH
+    return f"{fmt.ratio(j.speedup.ratio)}{between}{fmt.interval(j.speedup.low, j.speedup.high)}"
+
+
+def _card_points(judged: list[PointJudgement]) -> list[tuple[str, PointJudgement]]:
+    if len(judged) <= CARD_POINTS:
+        return [("", j) for j in judged]
+    timed = [j for j in judged if j.speedup is not None]
+    if not timed:
+        return [("first", judged[0])]
+    low = min(timed, key=lambda j: j.speedup.ratio)
+    high = max(timed, key=lambda j: j.speedup.ratio)
+    return [("lowest", low), ("highest", high)]
+
+
+def summary_card(evidence: Evidence, slug: str) -> dict:
+    """Per GPU: the verdict on each clock and the run it rests on; per GPU, dtype, point shown and clock: the
+    subject's and the best baseline's time and GB/s, the speedup with its interval and the point's word."""
+    experiment = evidence.experiments[slug]
+    subject = experiment.claim.subject
+    clocks = clocks_with_data(evidence, slug)
+    gpus, rows = [], []
+    found = performance_verdicts(evidence, slug)
+    several = len({d for _, v in found for d in dtypes_in(v.run)}) > 1
+    for key, verdict in found:
+        run = verdict.run
+        judged = {}
+        verdicts = []
+        for clock in clocks:
+            on_clock = clock_verdicts(evidence, slug, clock).get(key)
+            if on_clock is None or not on_clock.points:
+                verdicts.append({"clock": CLOCK_NAMES[clock], "badge": badges.verdict_badge(on_clock),
+                                 "counts": "not measured in this run"})
+                continue
+            judged[clock] = on_clock.points
+            verdicts.append({"clock": CLOCK_NAMES[clock], "badge": badges.verdict_badge(on_clock),
+                             "counts": word_counts(on_clock.points)})
+        gpus.append({**run_ref(run, evidence.gpu_labels[key]), "verdicts": verdicts})
+        points = {(p.case, p.dtype): p for p in run.points}
+        for dtype in dtypes_in(run):
+            for clock, judgements in judged.items():
+                for which, j in _card_points([j for j in judgements if j.dtype == dtype]):
+                    point = points[(j.case, j.dtype)]
+                    base = point.results.get(j.baseline) if j.baseline else None
+                    rows.append({
+                        "gpu": evidence.gpu_labels[key],
+                        "where": (f"{which}: " if which else "") + j.case + (f" · {dtype}" if several else ""),
+                        "clock": CLOCK_NAMES[clock],
+                        "subject": _time_and_rate(point, point.results.get(subject), clock),
+                        "baseline": f"`{j.baseline}`<br>{_time_and_rate(point, base, clock)}" if base else fmt.DASH,
+                        "speedup": _speedup(j, "<br>"),
+                        "word": badges.word(j.word, j.reason),
+                    })
+    return {"gpus": gpus, "rows": rows, "clocks": [CLOCK_NAMES[c] for c in clocks], "points_limit": CARD_POINTS}
+
+
+def _pct_of_ceiling(point: Point, result, run: RunRecord, clock: str) -> str:
+    timing = clock_timing(result, clock)
+    if timing is None:
+        return fmt.DASH if result is None else result.status
+    gbps = point.bytes_moved / (timing[0] * 1e-3) / 1e9
+    return fmt.percent(100 * gbps / run.copy_ceiling.gbps)
+
+
+def _commit_note(runs: list[RunRecord], labels: dict[str, str]) -> str:
+    named = [f"{labels[r.gpu_key]} at `{fmt.short_commit(r.git.get('commit'), r.git.get('dirty'))}` "
+             f"({fmt.utc_date(r.started_utc)} UTC)" for r in runs]
+    commits = {r.git.get("commit") for r in runs}
+    if len(commits) == 1 and None not in commits:
+        return f"The newest runs are all at one commit: {'; '.join(named)}."
+    differ = sorted({path for a in runs for b in runs for path in changed_sources(a.hashes, b.hashes)})
+    if not differ:
+        return (f"The newest runs are at different commits ({'; '.join(named)}), with the same hashed sources: "
+                "they timed the same code.")
+    files = ", ".join(f"`{p}`" for p in differ)
+    return (f"The newest runs are at different commits ({'; '.join(named)}) and timed different code: {files} "
+            "differ between them. Compare them with that in mind.")
+
+
+def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
+    """Every GPU's newest run next to the others on `clock`: per dtype a speedup plot and one table, a row per
+    point with each GPU's subject at its share of that GPU's own copy ceiling, its speedup and its word."""
+    experiment = evidence.experiments[slug]
+    found = performance_verdicts(evidence, slug, clock)
+    base = {"clock": clock, "clock_name": CLOCK_NAMES[clock], "gpus": [], "dtypes": [], "note": ""}
+    if not found:
+        return base
+    runs = [v.run for _, v in found]
+    dtypes = list(dict.fromkeys(d for run in runs for d in dtypes_in(run)))
+    tables = []
+    for dtype in dtypes:
+        cases = list(dict.fromkeys(p.case for run in runs for p in run.points if p.dtype == dtype))
+        rows = []
+        for case in cases:
+            cells, short, x = [], False, ""
+            for _, verdict in found:
+                point = next((p for p in verdict.run.points if (p.case, p.dtype) == (case, dtype)), None)
+                j = next((j for j in verdict.points if (j.case, j.dtype) == (case, dtype)), None)
+                if point is None or j is None:
+                    cells.append({"pct": fmt.DASH, "speedup": fmt.DASH, "word": fmt.DASH})
+                    continue
+                if experiment.x_axis and experiment.x_axis in point.shape:
+                    x = f"{point.shape[experiment.x_axis]:,}"
+                short = short or j.effect != MEETS
+                cells.append({"pct": _pct_of_ceiling(point, point.results.get(experiment.claim.subject),
+                                                     verdict.run, clock),
+                              "speedup": _speedup(j), "word": badges.word(j.word, j.reason)})
+            rows.append({"case": case, "x": x, "cells": cells, "short": short})
+        tables.append({"dtype": dtype, "rows": rows, "short_rows": [r for r in rows if r["short"]],
+                       "plot": f"{PLOTS}/{speedup_plot_filename(slug, dtype, clock)}", "long": len(rows) > 12})
+    return {**base, "gpus": [evidence.gpu_labels[key] for key, _ in found], "dtypes": tables,
+            "note": _commit_note(runs, evidence.gpu_labels)}
+
+
+def sides(evidence: Evidence, slug: str) -> list[dict]:
+    """side_by_side on every clock the records hold for `slug`."""
+    return [side_by_side(evidence, slug, clock) for clock in clocks_with_data(evidence, slug)]
+
+
+def speedup_series(evidence: Evidence, slug: str, clock: str = GPU_TIME):
+    """What render_speedup_plot draws for `slug` on `clock`: (GPU label, colour, judgements, run) per GPU."""
+    return [(evidence.gpu_labels[key], gpu_colour(evidence, key), v.points, v.run)
+            for key, v in performance_verdicts(evidence, slug, clock)]
+
+
+def _judged(experiment: Experiment, run: RunRecord, clock: str, newest: dict) -> tuple[str | None, tuple]:
+    """What `run`'s own data says on `clock` under today's rule (the newest runs' verdicts are reused)."""
+    if not run.is_performance_evidence:
+        return NO_EVIDENCE, ()
+    if clock == EAGER_CALL and run.eager is None:
+        return None, ()
+    if run.run_id in newest and newest[run.run_id].data_state is not None:
+        return newest[run.run_id].data_state, newest[run.run_id].points
+    state, points, _ = judge_run(experiment, run, clock)
+    return state, points
+
+
+def history(evidence: Evidence, slug: str) -> dict:
+    """Every run of `slug`, newest first, with the verdict its own data gives under today's rule on each clock;
+    and per GPU and clock a strip of those verdicts, oldest to newest."""
+    experiment: Experiment = evidence.experiments[slug]
+    clocks = [GPU_TIME] + ([EAGER_CALL] if any(r.eager is not None for r in evidence.runs[slug]) else [])
+    newest_ids = {key: v.run.run_id for key, v in evidence.verdicts[slug].items() if v.run is not None}
+    rows = []
+    for run in evidence.runs[slug]:  # newest first
+        changed = changed_sources(run.hashes, evidence.current_hashes[slug])
+        if not run.is_performance_evidence:
+            status = "CPU interpreter: not performance evidence"
+        elif newest_ids.get(run.gpu_key) != run.run_id:
+            status = "superseded"
+        else:
+            status = f"newest, {STALE.lower()}" if changed else "newest, fresh"
+        states = []
+        for clock in clocks:
+            newest = {v.run.run_id: v for v in clock_verdicts(evidence, slug, clock).values() if v.run is not None}
+            state, points = _judged(experiment, run, clock, newest)
+            counts = word_counts(points) or fmt.DASH
+            states.append({"clock": clock, "state": state, "counts": counts,
+                           "badge": badges.badge(state, f"{run.run_id}: {counts}") if state else fmt.DASH})
+        rows.append({**run_ref(run, evidence.gpu_labels[run.gpu_key]), "gpu_key": run.gpu_key, "states": states,
+                     "status": status, "points": len(run.points)})
+    strips = []
+    for key in sorted({r["gpu_key"] for r in rows}):
+        mine = [r for r in reversed(rows) if r["gpu_key"] == key]
+        for i, clock in enumerate(clocks):
+            ticks = [badges.tick(r["states"][i]["state"], r["link"],
+                                 f"{r['date']} UTC · commit {r['commit']} · {CLOCK_NAMES[clock]}: "
+                                 f"{r['states'][i]['state']} · {r['states'][i]['counts']}")
+                     for r in mine if r["states"][i]["state"]]
+            if ticks:
+                strips.append({"gpu": mine[-1]["gpu"], "clock": CLOCK_NAMES[clock], "runs": len(ticks),
+                               "html": f'<span class="kl-strip">{"".join(ticks)}</span>'})
+    return {"rows": rows, "strips": strips, "clocks": [CLOCK_NAMES[c] for c in clocks]}

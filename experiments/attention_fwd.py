@@ -3,7 +3,8 @@
 import torch
 
 from experiments import _attention as at
-from experiments.spec import Claim, Experiment
+from experiments._margins import measured_margin
+from experiments.spec import PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="attention-fwd",
@@ -27,6 +28,8 @@ EXPERIMENT = Experiment(
         threshold=1.0,
         statement="the lab's fused forward is at least as fast as the best of the SDPA backends and torch.compile at every point",
         short="attention forward claim",
+        kind=PARITY,
+        margin=measured_margin("attention-fwd"),
     ),
     cases=at.cases(),
     dtypes=(torch.bfloat16,),

@@ -158,9 +158,10 @@ def _int4_linear_kernel(
         else:  # float16: 1024 + u
             MAGIC_BITS: tl.constexpr = 0x6400
             MAGIC: tl.constexpr = 1032.0
+        NEG_MAGIC = tl.full((BLOCK_N, HALF), -MAGIC, dtype=tl.float32).to(x_ptr.dtype.element_ty)
     else:
         x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + offs_h[None, :]  # x halves [BLOCK_M, HALF]
-        acc = tl.zeros((BLOCK_N, HALF) if BLOCK_M == 1 else (BLOCK_M, BLOCK_N, HALF), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N,) if BLOCK_M == 1 else (BLOCK_M, BLOCK_N), dtype=tl.float32)
     for g in tl.range(g_start, g_end, num_stages=LOAD_STAGES):
         b = tl.load(p_ptrs + g * HALF, eviction_policy=EVICT)
         s = tl.load(s_ptrs + g).to(tl.float32)
@@ -172,31 +173,38 @@ def _int4_linear_kernel(
             x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[None, :], other=0.0)
             w_lo = (lo.to(tl.int16) | MAGIC_BITS).to(x_ptr.dtype.element_ty, bitcast=True)
             w_hi = (hi.to(tl.int16) | MAGIC_BITS).to(x_ptr.dtype.element_ty, bitcast=True)
+            # (128 + u) x summed, then MAGIC * x subtracted, both on the tensor cores: no reduction of x here.
             if DOT_F32:
                 part = tl.dot(w_lo.to(tl.float32), x_lo.to(tl.float32))
                 part = tl.dot(w_hi.to(tl.float32), x_hi.to(tl.float32), part)
+                part = tl.dot(NEG_MAGIC.to(tl.float32), (x_lo.to(tl.float32) + x_hi.to(tl.float32)), part)
             else:
                 part = tl.dot(w_lo, x_lo)
                 part = tl.dot(w_hi, x_hi, part)
-            x_sum = tl.sum(x_lo.to(tl.float32), axis=0) + tl.sum(x_hi.to(tl.float32), axis=0)
-            acc += s[:, None] * (part - MAGIC * x_sum[None, :])
+                part = tl.dot(NEG_MAGIC, x_lo, part)
+                part = tl.dot(NEG_MAGIC, x_hi, part)
+            acc += s[:, None] * part
         else:
             x_lo = tl.load(x_ptrs + k0, mask=row_in[:, None], other=0.0).to(tl.float32)
             x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[:, None], other=0.0).to(tl.float32)
-            # u - 8 exactly: 2^23 + u, minus 2^23 + 8; then the group's scale, shared by every row of x.
-            w_lo = ((lo.to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0) * s[:, None]
-            w_hi = ((hi.to(tl.int32) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0) * s[:, None]
+            # f = 1 + u/16 exactly (the nibble in the top of the mantissa of 1.0), so per group
+            # sum (u - 8) x = 16 * sum f x - 24 * sum x; the scale applies once per group, not per weight.
+            f_lo = ((lo.to(tl.uint32) << 19) | 0x3F800000).to(tl.float32, bitcast=True)
+            f_hi = ((hi.to(tl.uint32) << 19) | 0x3F800000).to(tl.float32, bitcast=True)
+            x_sum = tl.sum(x_lo + x_hi, axis=1)  # [BLOCK_M]
             if BLOCK_M == 1:
-                acc += w_lo * x_lo + w_hi * x_hi
+                p = tl.sum(f_lo * x_lo + f_hi * x_hi, axis=1)
+                acc += s * (16.0 * p - 24.0 * x_sum)
             else:
-                acc += w_lo[None, :, :] * x_lo[:, None, :] + w_hi[None, :, :] * x_hi[:, None, :]
+                p = tl.sum(f_lo[None, :, :] * x_lo[:, None, :] + f_hi[None, :, :] * x_hi[:, None, :], axis=2)
+                acc += s[None, :] * (16.0 * p - 24.0 * x_sum[:, None])
 
     if USE_DOT:
         c = tl.trans(acc)
     elif BLOCK_M == 1:
-        c = tl.sum(acc, axis=1)[None, :]
+        c = acc[None, :]
     else:
-        c = tl.sum(acc, axis=2)
+        c = acc
     is_last = True
     if SPLIT_K > 1:
         is_last, c, _ = split_k_sum(c, tl.zeros((BLOCK_M,), dtype=tl.float32), part_ptr, count_ptr, tile, split,
@@ -210,7 +218,11 @@ def _int4_linear_kernel(
 # Plan: a pure function of (bits, M, N, K)
 # --------------------------------------------------------------------------------------------------------
 
-FMA_MAX_M = 1  # M <= this: CUDA cores (fp32); above: tensor cores, M padded to a power of two >= 16
+# M <= FMA_MAX_M[bits]: CUDA cores (fp32); above: tensor cores, M padded to a power of two >= 16. Compiled for
+# sm_90a, the int4 CUDA-core loop spends 7-10 instructions a weight against about 5 on the tensor cores (the
+# nibbles go straight into 16-bit operands there), and one byte carries two int4 weights: at M = 1 int4
+# takes the tensor cores too. int8's CUDA-core loop, about 6 instructions a byte, keeps M = 1.
+FMA_MAX_M = {8: 1, 4: 0}
 DOT_MAX_M = 64  # the largest batch one row-tile holds; larger M is refused (a GEMM's job)
 # (BLOCK_N, BLOCK_K, num_warps, load stages); for int4 BLOCK_K is the group size, fixed by the weights.
 TILES = {
@@ -233,7 +245,7 @@ def plan_dequant_linear(bits: int, n_rows: int, n_cols: int, n_features: int, gr
         raise ValueError(f"dequant_linear: bits must be 4 or 8, got {bits!r}.")
     if not 1 <= n_rows <= DOT_MAX_M:
         raise ValueError(f"dequant_linear: serves 1 <= M <= {DOT_MAX_M} rows, got {n_rows}.")
-    form = "fma" if n_rows <= FMA_MAX_M else "dot"
+    form = "fma" if n_rows <= FMA_MAX_M[bits] else "dot"
     block_n, block_k, warps, stages = TILES[(bits, form)]
     block_m = max(1, triton.next_power_of_2(n_rows)) if form == "fma" else max(16, triton.next_power_of_2(n_rows))
     block_n = min(block_n, max(16 if form == "dot" else 1, triton.next_power_of_2(n_cols)))

@@ -251,9 +251,11 @@ def test_mixed_devices_are_refused(device):
 
 @pytest.mark.parametrize("bits", [8, 4])
 def test_plan_thresholds(bits):
-    fma = dl.plan_dequant_linear(bits, dl.FMA_MAX_M, 4096, 4096)
-    dot = dl.plan_dequant_linear(bits, dl.FMA_MAX_M + 1, 4096, 4096)
-    assert (fma.form, dot.form) == ("fma", "dot") and dot.block_m == 16 and dot.swap
+    edge = dl.FMA_MAX_M[bits]
+    if edge >= 1:
+        assert dl.plan_dequant_linear(bits, edge, 4096, 4096).form == "fma"
+    dot = dl.plan_dequant_linear(bits, edge + 1, 4096, 4096)
+    assert dot.form == "dot" and dot.block_m == 16 and dot.swap
     assert dl.plan_dequant_linear(bits, 16, 4096, 4096).block_m == 16
     assert dl.plan_dequant_linear(bits, 17, 4096, 4096).block_m == 32
     assert dl.plan_dequant_linear(bits, dl.DOT_MAX_M, 4096, 4096).block_m == dl.DOT_MAX_M
@@ -311,4 +313,6 @@ def test_experiment_profiles_pass_their_accuracy_check(bits, profile, device):
     assert rel_err(out, exp.reference(**inputs)) <= exp.tolerance[torch.bfloat16]
     plan = exp.profile(profile).plan
     if plan is not None:
-        assert plan(case, torch.bfloat16)["form"] == "dot"
+        assert plan(case, torch.bfloat16)["form"] == "dot"  # M = 3
+        one = Case("one", {"BITS": bits, "M": 1, "N": 24, "K": 256})
+        assert plan(one, torch.bfloat16)["form"] == ("fma" if dl.FMA_MAX_M[bits] >= 1 else "dot")

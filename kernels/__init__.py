@@ -4,7 +4,8 @@ Set TRITON_INTERPRET=1 before importing this package to run the kernels on the C
 interpreter (slow; the test suite does this on machines without CUDA).
 """
 
+from kernels.dequant_linear import int4_linear, int8_linear
 from kernels.rmsnorm_linear import rmsnorm_linear
 from kernels.softmax import softmax
 
-__all__ = ["rmsnorm_linear", "softmax"]
+__all__ = ["int4_linear", "int8_linear", "rmsnorm_linear", "softmax"]

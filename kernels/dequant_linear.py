@@ -19,13 +19,15 @@ k = g*G + G/2 + j in its high nibble, with u = q + 8 for the signed value q in -
 load of G/2 bytes whose low nibbles pair with the first half of the group's x and high nibbles with the
 second half, both contiguous. Scales are [N, K/G].
 
-Forms and split-K as in kernels/_gemv.py. Conversions avoid the slow integer-to-float instruction:
-* fma (fp32, CUDA cores): an int in 0..255 OR-ed into the mantissa of 2^23 is the float 2^23 + u exactly;
-  subtracting 2^23 + offset gives q exactly (one integer op and one float add per element).
-* dot (tensor cores, W the first operand): int8 goes through that float and keeps its top half (q is exact
-  in bfloat16); int4 nibbles OR-ed into the bits of 128.0 (bfloat16) or 1024.0 (float16) give 128 + u
-  exactly, so the product sums (128 + u) * x and each group subtracts (128 + 8) * sum_k x from its partial
-  before scaling it: a cancellation of a few bits of fp32, far below the output's rounding.
+Forms and split-K as in kernels/_gemv.py (the plan table, FMA_MAX_M, says which form runs). Conversions
+avoid the slow integer-to-float instruction, whose rate is a fraction of the FMA rate:
+* int8, CUDA cores: q + 128 OR-ed into the mantissa of 2^23 is the float 2^23 + 128 + q exactly; one float
+  subtraction leaves q. On the tensor cores that float's top half is q in bfloat16 (exact).
+* int4, CUDA cores: a nibble in the top of the mantissa of 1.0 is f = 1 + u/16 exactly, so a group's
+  sum_k (u - 8) x = 16 * sum_k f x - 24 * sum_k x, and the group's scale applies once per row, not per weight.
+* int4, tensor cores: a nibble OR-ed into the bits of 128.0 (bfloat16; 1024.0 for float16) is 128 + u
+  exactly; the product sums (128 + u) * x and a constant operand of -136 subtracts 136 * x on the tensor
+  cores too. Each costs a few bits of fp32 to cancellation, far below the output's rounding.
 """
 
 from __future__ import annotations

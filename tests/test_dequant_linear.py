@@ -13,6 +13,7 @@ TORCH_FACTOR of torch's own dequantise-then-F.linear in the same dtype.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -316,3 +317,21 @@ def test_experiment_profiles_pass_their_accuracy_check(bits, profile, device):
         assert plan(case, torch.bfloat16)["form"] == "dot"  # M = 3
         one = Case("one", {"BITS": bits, "M": 1, "N": 24, "K": 256})
         assert plan(one, torch.bfloat16)["form"] == ("fma" if dl.FMA_MAX_M[bits] >= 1 else "dot")
+
+
+def test_fusion_post_dequant_byte_table_follows_from_the_byte_model():
+    from pathlib import Path
+
+    from experiments import get_experiment
+    from experiments.spec import Case
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "posts" / "kernel-fusion.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) × (\d+) \| int(\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", text, re.MULTILINE)
+    assert len(rows) == 4
+    exp = get_experiment("dequant-linear-decode")
+    for n, k, bits, fused, unfused, ratio in rows:
+        n, k = int(n), int(k)
+        b = exp.bytes_moved(Case("t", {"BITS": int(bits), "M": 1, "N": n, "K": k}), torch.bfloat16)
+        more = 2 * 2 * n * k  # the bf16 weight written and read back
+        assert float(fused) == pytest.approx(b / 1e6, abs=0.06) and float(unfused) == pytest.approx((b + more) / 1e6, abs=0.06)
+        assert float(ratio) == pytest.approx((b + more) / b, abs=0.06)

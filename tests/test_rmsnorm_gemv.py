@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -238,3 +239,19 @@ def test_forced_in_loop_rms_reaches_the_kernel(device, gen):
     assert plan.rms == "pre-pass"
     y = rl_module.rmsnorm_linear_fwd(x, weight, gamma, EPS, replace(plan, rms="in-loop"))[0]
     _check(y, x, weight, gamma)  # in range: both modes agree
+
+
+def test_fusion_post_decode_table_follows_from_the_byte_counts():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "posts" / "kernel-fusion.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) × (\d+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", text, re.MULTILINE)
+    assert len(rows) == 4
+    from experiments import _rmsnorm_linear as rl
+
+    assert {(int(n), int(k)) for n, k, *_ in rows} == set(rl.DECODE_NK)
+    for n, k, weight_mb, saved_1, saved_16 in rows:
+        n, k = int(n), int(k)
+        assert float(weight_mb) == pytest.approx(2 * n * k / 1e6, abs=0.06)
+        for m, saved in ((1, saved_1), (16, saved_16)):  # h = x * r * gamma written and read back, bf16
+            assert float(saved) == pytest.approx(2 * 2 * m * k / 1e3, abs=0.06)

@@ -94,7 +94,7 @@ def split_k_sum(c, v, part_ptr, count_ptr, tile, split,
     c_sum = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     v_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
     if is_last:
-        for j in tl.static_range(SPLIT_K):
+        for j in range(SPLIT_K):  # not unrolled: a 64-row tile's partials all in flight would spill
             c_sum += tl.load(base + j * slot + c_offs, cache_modifier=".cg")
             v_sum += tl.load(base + j * slot + v_offs, cache_modifier=".cg")
         tl.atomic_xchg(count_ptr + tile, 0)

@@ -40,6 +40,7 @@ import triton.language as tl
 
 from kernels._checks import check_device, check_dtype, interpreter_enabled
 from kernels._gemv import GemvPlan, choose_split_k, split_k_sum, split_k_workspace
+from kernels._launch import aligned, bind
 from kernels.quantize import GROUP_SIZES, check_group_size, quantize_int4, quantize_int8, unpack_int4
 
 __all__ = ["int8_linear", "int4_linear", "quantize_int8", "quantize_int4", "unpack_int4", "GROUP_SIZES"]
@@ -271,32 +272,35 @@ def _workspace(plan: GemvPlan, n_cols: int, out: torch.Tensor):
     return out, out  # never touched without split-K
 
 
-def int8_linear_fwd(x, w_q, scales, plan: GemvPlan, out: torch.Tensor, *, fast_cvt: bool = FAST_CVT) -> torch.Tensor:
+def _launch_spec(bits: int, x, weight, scales, plan: GemvPlan, out, group_size: int = 0, fast_cvt: bool = FAST_CVT):
+    """(kernel, grid, arguments, constexprs and options) of one launch; the first six arguments are tensors."""
     n_rows, n_features = x.shape
-    n_cols = w_q.shape[0]
+    n_cols = weight.shape[0]
     part, counts = _workspace(plan, n_cols, out)
-    _int8_linear_kernel[plan.grid(n_cols)](
-        x, w_q, scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0), w_q.stride(0), out.stride(0),
-        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
-        USE_DOT=plan.form == "dot", EVEN_K=n_features % plan.block_k == 0, LOAD_STAGES=plan.load_stages,
-        EVICT="evict_first" if plan.evict_first else "", DOT_F32=interpreter_enabled(), FAST_CVT=fast_cvt,
-        num_warps=plan.num_warps, num_stages=1,
-    )
+    meta = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLIT_K=plan.split_k, USE_DOT=plan.form == "dot",
+                LOAD_STAGES=plan.load_stages, EVICT="evict_first" if plan.evict_first else "",
+                DOT_F32=interpreter_enabled(), num_warps=plan.num_warps, num_stages=1)
+    if bits == 8:
+        args = (x, weight, scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0), weight.stride(0),
+                out.stride(0))
+        meta.update(BLOCK_K=plan.block_k, EVEN_K=n_features % plan.block_k == 0, FAST_CVT=fast_cvt)
+        return _int8_linear_kernel, plan.grid(n_cols), args, meta
+    args = (x, weight, scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0), weight.stride(0),
+            scales.stride(0), out.stride(0))
+    return _int4_linear_kernel, plan.grid(n_cols), args, {**meta, "GROUP": group_size}
+
+
+def int8_linear_fwd(x, w_q, scales, plan: GemvPlan, out: torch.Tensor, *, fast_cvt: bool = FAST_CVT) -> torch.Tensor:
+    """out [M, N] = x [M, K] @ (w_q * scales[:, None])^T with `plan`."""
+    kernel, grid, args, meta = _launch_spec(8, x, w_q, scales, plan, out, fast_cvt=fast_cvt)
+    kernel[grid](*args, **meta)
     return out
 
 
 def int4_linear_fwd(x, w_packed, scales, group_size: int, plan: GemvPlan, out: torch.Tensor) -> torch.Tensor:
-    n_rows, n_features = x.shape
-    n_cols = w_packed.shape[0]
-    part, counts = _workspace(plan, n_cols, out)
-    _int4_linear_kernel[plan.grid(n_cols)](
-        x, w_packed, scales, out, part, counts, n_rows, n_cols, n_features,
-        x.stride(0), w_packed.stride(0), scales.stride(0), out.stride(0),
-        GROUP=group_size, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLIT_K=plan.split_k,
-        USE_DOT=plan.form == "dot", LOAD_STAGES=plan.load_stages,
-        EVICT="evict_first" if plan.evict_first else "", DOT_F32=interpreter_enabled(),
-        num_warps=plan.num_warps, num_stages=1,
-    )
+    """out [M, N] = x [M, K] @ W^T for the packed int4 W with `plan`."""
+    kernel, grid, args, meta = _launch_spec(4, x, w_packed, scales, plan, out, group_size)
+    kernel[grid](*args, **meta)
     return out
 
 
@@ -345,9 +349,12 @@ def check_dequant_inputs(op: str, x, weight, scales, bits: int, group_size: int 
 class _Call:
     """A call's layout, worked out once per (shapes, strides, dtypes, devices, group size)."""
 
-    __slots__ = ("n_rows", "n_cols", "out_shape", "x_is_rows", "w_ok", "s_ok", "cpu", "plan")
+    __slots__ = ("n_rows", "n_cols", "out_shape", "x_is_rows", "w_ok", "s_ok", "cpu", "plan", "bits", "group_size",
+                 "launchers")
 
     def __init__(self, x, weight, scales, bits: int, group_size: int):
+        self.bits, self.group_size = bits, group_size
+        self.launchers = {}  # bound launches (kernels/_launch.py) by the 16-byte alignment of x, weight, scales
         n_features = x.shape[-1]
         self.n_rows = math.prod(x.shape[:-1])
         self.n_cols = weight.shape[0]
@@ -390,12 +397,19 @@ def _call(op: str, x, weight, scales, bits: int, group_size: int) -> _Call:
     return call
 
 
-def _run(call: _Call, x, weight, scales, launch) -> torch.Tensor:
+def _run(call: _Call, x, weight, scales) -> torch.Tensor:
     y = torch.empty((call.n_rows, call.n_cols), dtype=x.dtype, device=x.device)
     if call.plan is not None:
         x_rows = x if call.x_is_rows else x.reshape(call.n_rows, x.shape[-1]).contiguous()
-        launch(x_rows, weight if call.w_ok else weight.contiguous(), scales if call.s_ok else scales.contiguous(),
-               call.plan, y)
+        w = weight if call.w_ok else weight.contiguous()
+        s = scales if call.s_ok else scales.contiguous()
+        part, counts = _workspace(call.plan, call.n_cols, y)
+        key = (aligned(x_rows), aligned(w), aligned(s))
+        launch = call.launchers.get(key)
+        if launch is None:  # bound once per layout: later calls pass their tensors and nothing else
+            kernel, grid, args, meta = _launch_spec(call.bits, x_rows, w, s, call.plan, y, call.group_size)
+            launch = call.launchers[key] = bind(kernel, grid, args, varying=6, **meta)
+        launch(x_rows, w, s, y, part, counts)
     return y if len(call.out_shape) == 2 else y.view(call.out_shape)
 
 
@@ -405,8 +419,7 @@ def int8_linear(x: torch.Tensor, w_q: torch.Tensor, scales: torch.Tensor) -> tor
     x: [..., K] bfloat16 or float16 with at most 64 rows in all; w_q: int8 [N, K]; scales: [N], float32,
     bfloat16 or float16 (quantize_int8 makes both). Returns [..., N] in x's dtype, accumulated in fp32.
     """
-    call = _call("int8_linear", x, w_q, scales, 8, 0)
-    return _run(call, x, w_q, scales, int8_linear_fwd)
+    return _run(_call("int8_linear", x, w_q, scales, 8, 0), x, w_q, scales)
 
 
 def int4_linear(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, group_size: int = 128) -> torch.Tensor:
@@ -416,6 +429,4 @@ def int4_linear(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, g
     kernels/quantize.py; scales: [N, K/group_size], float32, bfloat16 or float16; group_size one of
     32, 64, 128, 256 dividing K (quantize_int4 makes both). Returns [..., N] in x's dtype.
     """
-    call = _call("int4_linear", x, w_packed, scales, 4, group_size)
-    return _run(call, x, w_packed, scales,
-                lambda xr, w, s, plan, y: int4_linear_fwd(xr, w, s, group_size, plan, y))
+    return _run(_call("int4_linear", x, w_packed, scales, 4, group_size), x, w_packed, scales)

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from kernels._checks import interpreter_enabled
 from kernels._gemv import GemvPlan, choose_split_k, split_k_sum, split_k_workspace
+from kernels._launch import bind
 
 # --------------------------------------------------------------------------------------------------------
 # Kernel
@@ -207,6 +208,25 @@ def rms_inv(x: torch.Tensor, eps: float, out: torch.Tensor | None = None) -> tor
     return r
 
 
+def _meta(plan: GemvPlan, dtype: torch.dtype, n_features: int, in_loop: bool, store_r: bool) -> dict:
+    """The constexprs and launch options of one plan."""
+    return dict(
+        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
+        USE_DOT=plan.form == "dot", SWAP=plan.swap, RMS_IN_LOOP=in_loop, STORE_R=store_r,
+        EVEN_K=n_features % plan.block_k == 0, LOAD_STAGES=plan.load_stages,
+        EVICT="evict_first" if plan.evict_first else "", DOT_F32=interpreter_enabled() and dtype == torch.bfloat16,
+        num_warps=plan.num_warps, num_stages=1,
+    )
+
+
+def _args(x, weight, gamma, eps, plan, out, r_out, n_cols):
+    """The kernel's arguments; unused pointers (no split-K, no r kept) are given `out`, never touched."""
+    part, counts = split_k_workspace(plan, n_cols, x.device) if plan.split_k > 1 else (out, out)
+    n_rows, n_features = x.shape
+    return (x, weight, gamma, out, out if r_out is None else r_out, part, counts,
+            n_rows, n_cols, n_features, x.stride(0), weight.stride(0), out.stride(0), eps)
+
+
 def rmsnorm_gemv_fwd(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -220,22 +240,35 @@ def rmsnorm_gemv_fwd(
     """y = rmsnorm(x) @ W^T into `out` [M, N] (rows may be strided) for x [M, K], W [N, K], gamma [K];
     r [M] float32 into `r_out` when given (the backward pass needs it), else not stored. `rms` overrides
     rms_mode (tests force the hazard the float16 pre-pass avoids)."""
-    n_rows, n_features = x.shape
     n_cols = weight.shape[0]
     in_loop = (rms or rms_mode(plan, x.dtype)) == "in-loop"
     if not in_loop:
         r_out = rms_inv(x, eps, out=r_out)
-    if plan.split_k > 1:
-        part, counts = split_k_workspace(plan, n_cols, x.device)
-    else:
-        part = counts = out  # never touched without split-K
-    _rmsnorm_gemv_kernel[plan.grid(n_cols)](
-        x, weight, gamma, out, out if r_out is None else r_out, part, counts,
-        n_rows, n_cols, n_features, x.stride(0), weight.stride(0), out.stride(0), eps,
-        BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
-        USE_DOT=plan.form == "dot", SWAP=plan.swap, RMS_IN_LOOP=in_loop, STORE_R=r_out is not None,
-        EVEN_K=n_features % plan.block_k == 0, LOAD_STAGES=plan.load_stages,
-        EVICT="evict_first" if plan.evict_first else "", DOT_F32=interpreter_enabled() and x.dtype == torch.bfloat16,
-        num_warps=plan.num_warps, num_stages=1,
-    )
+    args = _args(x, weight, gamma, eps, plan, out, r_out, n_cols)
+    _rmsnorm_gemv_kernel[plan.grid(n_cols)](*args, **_meta(plan, x.dtype, x.shape[1], in_loop, r_out is not None))
     return out
+
+
+class BoundGemv:
+    """rmsnorm_gemv_fwd for one layout (shapes, strides, dtypes, pointer alignment, eps, whether r is kept),
+    bound once through kernels/_launch.py: a call passes only its tensors. float16 on the tensor cores
+    (the r pre-pass) takes the ordinary launch."""
+
+    def __init__(self, x, weight, gamma, eps: float, plan: GemvPlan, out, r_out):
+        self.plan, self.eps, self.n_cols = plan, eps, weight.shape[0]
+        self.prepass = rms_mode(plan, x.dtype) != "in-loop"
+        self.launch = None
+        if not self.prepass:
+            args = _args(x, weight, gamma, eps, plan, out, r_out, self.n_cols)
+            meta = _meta(plan, x.dtype, x.shape[1], True, r_out is not None)
+            self.launch = bind(_rmsnorm_gemv_kernel, plan.grid(self.n_cols), args, varying=7, **meta)
+
+    def __call__(self, x, weight, gamma, out, r_out) -> None:
+        if self.launch is None:
+            rmsnorm_gemv_fwd(x, weight, gamma, self.eps, self.plan, out, r_out)
+            return
+        if self.plan.split_k > 1:
+            part, counts = split_k_workspace(self.plan, self.n_cols, x.device)
+        else:
+            part = counts = out
+        self.launch(x, weight, gamma, out, out if r_out is None else r_out, part, counts)

@@ -40,7 +40,8 @@ import torch
 from kernels import _rmsnorm_linear_tiled as tiled
 from kernels._checks import check_device, check_dtype, interpreter_enabled
 from kernels._gemv import GemvPlan
-from kernels.rmsnorm_gemv import GEMV_MAX_M, plan_rmsnorm_gemv, rms_mode, rmsnorm_gemv_fwd
+from kernels._launch import aligned
+from kernels.rmsnorm_gemv import GEMV_MAX_M, BoundGemv, plan_rmsnorm_gemv, rms_mode, rmsnorm_gemv_fwd
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -159,7 +160,7 @@ class _Call:
     """What a call's layout decides, worked out once per (shapes, strides, dtypes, devices, eps)."""
 
     __slots__ = ("n_rows", "n_cols", "n_features", "out_shape", "x_is_rows", "w_ok", "gamma_ok", "cpu",
-                 "gemv", "shape_class", "bucket", "in_loop", "config")
+                 "gemv", "shape_class", "bucket", "in_loop", "config", "bound")
 
     def __init__(self, x: torch.Tensor, weight: torch.Tensor, gamma: torch.Tensor):
         self.n_features = x.shape[-1]
@@ -171,6 +172,7 @@ class _Call:
         self.gamma_ok = gamma.is_contiguous()
         self.cpu = x.device.type == "cpu"
         self.gemv = self.config = None
+        self.bound: dict[tuple, BoundGemv] = {}  # GEMV launchers by (r kept, x / W / gamma 16-byte aligned)
         self.shape_class = shape_class(self.n_rows)
         self.bucket = tiled.m_bucket(self.n_rows)
         self.in_loop = True
@@ -207,7 +209,7 @@ def _forward(call: _Call, x, weight, gamma, eps: float, keep_r: bool):
     elif call.gemv is not None:
         if keep_r:
             r = torch.empty(call.n_rows, dtype=torch.float32, device=x.device)
-        rmsnorm_gemv_fwd(x_rows, w, g, eps, call.gemv, y, r)
+        _launch_gemv(call, x_rows, w, g, eps, y, r)
     else:
         r = torch.empty(call.n_rows, dtype=torch.float32, device=x.device)
         call.config = tiled.rmsnorm_linear_tiled_fwd(x_rows, w, g, eps, call.shape_class, call.bucket,
@@ -215,6 +217,16 @@ def _forward(call: _Call, x, weight, gamma, eps: float, keep_r: bool):
     if len(call.out_shape) != 2:
         y = y.view(call.out_shape)
     return y, x_rows, w, g, r
+
+
+def _launch_gemv(call: _Call, x, w, g, eps: float, y, r) -> None:
+    """The GEMV through a launcher bound once per layout (kernels/_launch.py): after the first call, a call
+    costs the kernel's own launch and nothing of Triton's argument binding."""
+    key = (r is not None, aligned(x), aligned(w), aligned(g))
+    bound = call.bound.get(key)
+    if bound is None:
+        bound = call.bound[key] = BoundGemv(x, w, g, eps, call.gemv, y, r)
+    bound(x, w, g, y, r)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -213,8 +213,8 @@ def test_cached_cpu_call_rechecks_the_interpreter(device, gen, monkeypatch):
 def test_inference_call_keeps_no_graph_and_no_r(device, gen, monkeypatch):
     x, weight, gamma = _operands(2, 32, 16, torch.bfloat16, device, gen)
     kept = []
-    real = rl_module.rmsnorm_gemv_fwd
-    monkeypatch.setattr(rl_module, "rmsnorm_gemv_fwd", lambda *a, **k: kept.append(a[6]) or real(*a, **k))
+    real = rl_module._launch_gemv
+    monkeypatch.setattr(rl_module, "_launch_gemv", lambda *a, **k: kept.append(a[6]) or real(*a, **k))
     y = rmsnorm_linear(x, weight, gamma, EPS)
     assert y.grad_fn is None and kept == [None]
     y = rmsnorm_linear(x, weight.requires_grad_(), gamma, EPS)
@@ -255,3 +255,22 @@ def test_fusion_post_decode_table_follows_from_the_byte_counts():
         assert float(weight_mb) == pytest.approx(2 * n * k / 1e6, abs=0.06)
         for m, saved in ((1, saved_1), (16, saved_16)):  # h = x * r * gamma written and read back, bf16
             assert float(saved) == pytest.approx(2 * 2 * m * k / 1e3, abs=0.06)
+
+
+def test_bound_launchers_are_kept_per_layout_and_alignment(device, gen):
+    x, weight, gamma = _operands(4, 64, 48, torch.bfloat16, device, gen)
+    rl_module._CALLS.clear()
+    _check(rmsnorm_linear(x, weight, gamma, EPS), x, weight, gamma)
+    (call,) = rl_module._CALLS.values()
+    assert list(call.bound) == [(False, True, True, True)]
+    first = call.bound[(False, True, True, True)]
+    _check(rmsnorm_linear(x.clone(), weight, gamma, EPS), x, weight, gamma)
+    assert call.bound[(False, True, True, True)] is first  # reused, not rebound
+    # A view whose data is not 16-byte aligned: the same shapes and strides, another launcher.
+    buf = _draw((4 * 64 + 1,), torch.bfloat16, device, gen)
+    shifted = buf[1:].view(4, 64)
+    _check(rmsnorm_linear(shifted, weight, gamma, EPS), shifted, weight, gamma)
+    assert (False, False, True, True) in call.bound
+    # float16 on the tensor cores takes the r pre-pass, through the ordinary launch.
+    xh, wh, gh = _operands(4, 64, 48, torch.float16, device, gen)
+    _check(rmsnorm_linear(xh, wh, gh, EPS), xh, wh, gh)

@@ -334,7 +334,7 @@ def test_empty_inputs_return_empty_without_launch(x_shape, n, device, gen, monke
     def no_launch(*args, **kwargs):
         raise AssertionError("an empty output must not launch a kernel")
 
-    monkeypatch.setattr(rl_module, "rmsnorm_gemv_fwd", no_launch)
+    monkeypatch.setattr(rl_module, "_launch_gemv", no_launch)
     monkeypatch.setattr(tiled, "rmsnorm_linear_tiled_fwd", no_launch)
     x = _draw(x_shape, torch.bfloat16, device, gen).requires_grad_()
     weight = _draw((n, 32), torch.bfloat16, device, gen).requires_grad_()
@@ -504,10 +504,10 @@ def test_config_dict_drops_derived_flags():
 
 def test_public_api_dispatches_by_shape_class(device, gen, monkeypatch):
     seen = []
-    real_gemv, real_tiled = rl_module.rmsnorm_gemv_fwd, tiled.rmsnorm_linear_tiled_fwd
+    real_gemv, real_tiled = rl_module._launch_gemv, tiled.rmsnorm_linear_tiled_fwd
 
     def gemv(*args, **kwargs):
-        seen.append(("gemv", args[4].form))
+        seen.append(("gemv", args[0].gemv.form))
         return real_gemv(*args, **kwargs)
 
     def tiled_fwd(*args, **kwargs):
@@ -516,7 +516,7 @@ def test_public_api_dispatches_by_shape_class(device, gen, monkeypatch):
         assert config is not None
         return config
 
-    monkeypatch.setattr(rl_module, "rmsnorm_gemv_fwd", gemv)
+    monkeypatch.setattr(rl_module, "_launch_gemv", gemv)
     monkeypatch.setattr(tiled, "rmsnorm_linear_tiled_fwd", tiled_fwd)
     for m in (1, GEMV_MAX_M, GEMV_MAX_M + 1, DECODE_MAX_M + 1):
         rmsnorm_linear(*_operands(m, 32, 16, torch.bfloat16, device, gen))

@@ -121,7 +121,14 @@ def _stream_id(device: torch.device) -> int:
 
 
 def workspace(n_floats: int, n_counters: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp32 partials, int32 tile counters at zero) of at least these sizes, cached per device and stream."""
+    """(fp32 partials, int32 tile counters at zero) of at least these sizes, cached per device and stream.
+
+    While a CUDA graph is being captured each launch gets buffers of its own, from the graph's memory (the
+    counters' zeroing is captured with it): graphs captured on one stream may be replayed on several at once,
+    and must not count into each other's tiles."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return (torch.empty(max(n_floats, 1), dtype=torch.float32, device=device),
+                torch.zeros(max(n_counters, 1), dtype=torch.int32, device=device))
     key = (str(device), _stream_id(device))
     found = _WORKSPACES.get(key)
     if found is not None and found[0].numel() >= n_floats and found[1].numel() >= n_counters:

@@ -274,3 +274,30 @@ def test_bound_launchers_are_kept_per_layout_and_alignment(device, gen):
     # float16 on the tensor cores takes the r pre-pass, through the ordinary launch.
     xh, wh, gh = _operands(4, 64, 48, torch.float16, device, gen)
     _check(rmsnorm_linear(xh, wh, gh, EPS), xh, wh, gh)
+
+
+def test_cuda_graph_capture_and_replay(device, gen):
+    if device != "cuda":
+        pytest.skip("CUDA graphs need a GPU")
+    from kernels.dequant_linear import int4_linear
+    from kernels.quantize import quantize_int4
+
+    x, weight, gamma = _operands(4, 512, 300, torch.bfloat16, device, gen)
+    w_packed, scales = quantize_int4(weight, 128)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up: plans, bound launchers, workspaces
+        rmsnorm_linear(x, weight, gamma, EPS)
+        int4_linear(x, w_packed, scales, 128)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = rmsnorm_linear(x, weight, gamma, EPS)
+        y4 = int4_linear(x, w_packed, scales, 128)
+    for _ in range(2):  # new inputs in the captured buffers; the split-K counters must be at rest each time
+        x.copy_(_draw((4, 512), torch.bfloat16, device, gen))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(y, x, weight, gamma)
+        ref = reference.int4_linear_reference(x.double(), w_packed, scales.double(), 128)
+        assert rel_err(y4, ref) <= BOUNDS[torch.bfloat16]

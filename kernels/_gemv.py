@@ -111,6 +111,9 @@ _WORKSPACES: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
 # Buffers outgrown by a larger launch stay referenced: a CUDA graph captured earlier may still use them.
 _RETIRED: list[torch.Tensor] = []
 _MIN_PART_FLOATS = 1 << 16
+# A launch captured into a CUDA graph takes buffers of its own (see workspace); a timing tool that replays its
+# graphs one at a time on one stream may turn this off to leave the in-graph zeroing of counters off its clock.
+CAPTURE_OWN_WORKSPACE = True
 _MIN_COUNTERS = 1024
 
 
@@ -126,7 +129,7 @@ def workspace(n_floats: int, n_counters: int, device: torch.device) -> tuple[tor
     While a CUDA graph is being captured each launch gets buffers of its own, from the graph's memory (the
     counters' zeroing is captured with it): graphs captured on one stream may be replayed on several at once,
     and must not count into each other's tiles."""
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+    if CAPTURE_OWN_WORKSPACE and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return (torch.empty(max(n_floats, 1), dtype=torch.float32, device=device),
                 torch.zeros(max(n_counters, 1), dtype=torch.int32, device=device))
     key = (str(device), _stream_id(device))

@@ -1,7 +1,8 @@
 """Profiles, inputs, byte and FLOP models shared by the RMSNorm + linear experiments (not an experiment itself).
 
-One verdict per shape class, so two declarations share this module: rmsnorm-linear-decode (M <= 128, a
-matrix-vector product bound by reading W) and rmsnorm-linear-prefill (M >= 1024, a compute-bound GEMM).
+One verdict per shape class, so two declarations share this module: rmsnorm-linear-decode (M <= 16, a
+matrix-vector product bound by reading W, the lab's GEMV) and rmsnorm-linear-prefill (M >= 1024, a
+compute-bound GEMM, the lab's tiled kernel).
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ from kernels.rmsnorm_linear_seed import SEED_TILES, rmsnorm_linear_seed
 
 K = 4096
 N_VALUES = (4096, 12288)
-DECODE_M = (1, 16, 128)
 PREFILL_M = (1024, 4096, 8192)
+# Decode: one, four and sixteen tokens through the projections of a 4096-wide model (Q/K/V fused 12288,
+# the MLP's 14336) and one 8192-deep input.
+DECODE_M = (1, 4, 16)
+DECODE_NK = ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192))
 EPS = 1e-6
 
-FUSED_SOURCES = ("kernels/rmsnorm_linear.py", "kernels/_checks.py")
+FUSED_SOURCES = ("kernels/rmsnorm_linear.py", "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py",
+                 "kernels/_gemv.py", "kernels/_checks.py")
 SEED_SOURCES = ("kernels/rmsnorm_linear_seed.py", "kernels/rmsnorm_linear.py", "kernels/_checks.py")
 REFERENCE_SOURCES = ("kernels/reference.py",)
 
@@ -42,12 +47,17 @@ def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def case(m: int, n: int, k: int = K) -> Case:
+    return Case(f"m{m}-n{n}-k{k}", {"M": m, "N": n, "K": k}, f"{m} token{'s' if m > 1 else ''} through a {k} → {n} projection")
+
+
 def cases(m_values: tuple[int, ...]) -> tuple[Case, ...]:
-    return tuple(
-        Case(f"m{m}-n{n}-k{K}", {"M": m, "N": n, "K": K}, f"{m} token{'s' if m > 1 else ''} through a {K} → {n} projection")
-        for m in m_values
-        for n in N_VALUES
-    )
+    """Every M of `m_values` against N_VALUES at K = 4096 (the prefill grid)."""
+    return tuple(case(m, n) for m in m_values for n in N_VALUES)
+
+
+def decode_cases() -> tuple[Case, ...]:
+    return tuple(case(m, n, k) for n, k in DECODE_NK for m in DECODE_M)
 
 
 def bytes_moved(case: Case, dtype: torch.dtype) -> int:
@@ -127,8 +137,9 @@ TRITON_SEED_STYLE = Profile(
 )
 TRITON_FUSED = Profile(
     "triton-fused",
-    "the lab's kernel: gamma folded into the x tile, sum of squares beside tl.dot, r in the epilogue; "
-    "one token runs a CUDA-core matrix-vector kernel; tiles, split-K and operand order autotuned per shape class",
+    "the lab's kernel: gamma folded into the x tile, sum of squares beside the product, r in the epilogue; "
+    "up to 16 tokens a weight-streaming GEMV (CUDA cores for one token, tensor cores above, split-K by a fixed plan); "
+    "larger M tiled GEMMs autotuned per shape class",
     triton_fused, FUSED_SOURCES, plan=fused_plan,
 )
 

@@ -72,3 +72,28 @@ def rmsnorm_linear_float64(x: torch.Tensor, weight: torch.Tensor, gamma: torch.T
     x64 = x.double()
     inv_rms = torch.rsqrt(x64.pow(2).mean(dim=-1, keepdim=True) + eps)
     return (x64 * inv_rms * gamma.double()) @ weight.double().T
+
+
+def int8_linear_reference(x: torch.Tensor, w_q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Dequantise, then F.linear, in x's dtype (float64 in, float64 out): x @ (w_q * scales[:, None])^T."""
+    w = w_q.to(x.dtype) * scales.to(x.dtype)[:, None]
+    return F.linear(x, w)
+
+
+def unpack_int4_reference(w_packed: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The signed int4 values [N, K] (int64) read element by element from the documented layout: k = g*G + i
+    sits in byte g*G/2 + (i mod G/2), in the low nibble for i < G/2 and the high nibble otherwise, as q + 8."""
+    n_cols, n_bytes = w_packed.shape
+    k = torch.arange(2 * n_bytes, device=w_packed.device)
+    g, i = k // group_size, k % group_size
+    half = group_size // 2
+    byte = w_packed.long()[:, g * half + i % half]
+    shift = torch.where(i < half, 0, 4)
+    return ((byte >> shift) & 0xF) - 8
+
+
+def int4_linear_reference(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, group_size: int = 128):
+    """Dequantise (q * the scale of q's group), then F.linear, in x's dtype (float64 in, float64 out)."""
+    q = unpack_int4_reference(w_packed, group_size).to(x.dtype)
+    w = q * scales.to(x.dtype).repeat_interleave(group_size, dim=1)
+    return F.linear(x, w)

@@ -1,5 +1,6 @@
-"""kernels.rmsnorm_linear (the lab's fused kernel), kernels.rmsnorm_linear_seed (the seed-style baseline) and
-the two experiments that time them, against float64 references.
+"""kernels.rmsnorm_linear (the lab's fused kernel: dispatch, tiled schedules, autograd), kernels.rmsnorm_linear_seed
+(the seed-style baseline) and the two experiments that time them, against float64 references. The decode
+GEMV's own tests (forms, split-K, plan table, the lean call path) are in tests/test_rmsnorm_gemv.py.
 
 Bounds: norm-wise ‖out − ref‖ / ‖ref‖ against float64, one row per dtype (why these numbers):
 * forward: the tile fed to tl.dot and the output are each rounded once to the storage dtype (unit roundoff:
@@ -28,30 +29,32 @@ import triton
 import kernels
 from accuracy import reference_error, rel_err
 from kernels import reference
-from kernels.rmsnorm_linear import (
-    DECODE_MAX_M,
+from kernels import _rmsnorm_linear_tiled as tiled
+from kernels._gemv import counters_at_rest
+from kernels._rmsnorm_linear_tiled import (
     INTERPRETER_CONFIG,
-    INTERPRETER_VECTOR_CONFIG,
     MAX_M_BUCKET,
     MIN_M_BUCKET,
-    PREFILL_MIN_M,
-    RMS_MODE,
-    SHAPE_CLASSES,
     SMEM_BYTES,
-    VECTOR_MAX_M,
-    RmsNormLinearPlan,
-    candidate_configs,
+    TILED_CLASSES,
     class_configs,
     config_dict,
     config_fits,
     m_bucket,
+    smem_bytes,
+)
+from kernels.rmsnorm_gemv import GEMV_MAX_M, rms_inv
+from kernels.rmsnorm_linear import (
+    DECODE_MAX_M,
+    PREFILL_MIN_M,
+    RMS_MODE,
+    RmsNormLinearPlan,
+    candidate_configs,
     plan_rmsnorm_linear,
     resolve_plan,
-    rms_inv,
     rmsnorm_linear,
     rmsnorm_linear_fwd,
     shape_class,
-    smem_bytes,
 )
 from kernels.rmsnorm_linear_seed import (
     SEED_TILES,
@@ -144,25 +147,22 @@ def test_other_tile_configs(config, device, gen):
     _check_forward(y, x, weight, gamma)
     assert ran.config == config
     if config["SPLIT_K"] > 1:  # the last program of every tile leaves its counter at zero for the next launch
-        counters = rl_module._tile_counters(1, x.device)
-        assert int(counters.abs().sum()) == 0
+        assert counters_at_rest(x.device)
         y2, _, _ = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
         assert torch.equal(y, y2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_vector_kernel_for_one_row(dtype, device, gen):
-    # M = 1 runs the CUDA-core kernel (fp32 math, r in the loop for both dtypes); ragged N and K.
+def test_one_row_runs_the_gemv_on_the_cuda_cores(dtype, device, gen):
+    # M = 1: fp32 math, r in the loop for both dtypes; ragged N and K.
     for k, n in ((32, 16), (200, 70), (1, 5)):
         x, weight, gamma = _operands(1, k, n, dtype, device, gen)
         plan = plan_rmsnorm_linear(1, n, k, dtype)
-        assert (plan.shape_class, plan.rms) == ("vector", "in-loop")
+        assert (plan.shape_class, plan.rms, plan.config["form"]) == ("gemv", "in-loop", "fma")
         y, r, ran = rmsnorm_linear_fwd(x, weight, gamma, EPS, plan)
         _check_forward(y, x, weight, gamma)
         assert rel_err(r, torch.rsqrt(x.double().pow(2).mean(-1) + EPS)) < 1e-6
-        # The fixed config under the interpreter; on a GPU, the one autotuning chose from the vector list.
-        assert ran.config == plan.config if plan.config else ran.config in candidate_configs(1)
-        assert "BLOCK_M" not in ran.config
+        assert ran == plan and not plan.autotuned
 
 
 def test_eps_is_honoured(device, gen):
@@ -175,17 +175,18 @@ def test_eps_is_honoured(device, gen):
         assert rel_err(y, ref) <= BOUNDS[torch.float16][0]
 
 
-def test_float16_large_activations_do_not_overflow(device, gen):
+@pytest.mark.parametrize("m", [4, 20], ids=["gemv-dot", "tiled"])
+def test_float16_large_activations_do_not_overflow(m, device, gen):
     # |x * gamma| = 1e5 > 65504: folding gamma alone into an fp16 tile overflows; the pre-pass folds r too,
     # so the tile holds the normalised |x * r * gamma| = 50, as F.rms_norm's output would.
-    signs = torch.randint(0, 2, (4, 64), generator=gen).double() * 2 - 1
+    signs = torch.randint(0, 2, (m, 64), generator=gen).double() * 2 - 1
     x = (2000 * signs).to(torch.float16).to(device)
     weight = _draw((16, 64), torch.float16, device, gen, scale=1 / 8)
     gamma = torch.full((64,), 50.0, dtype=torch.float16, device=device)
     y = rmsnorm_linear(x, weight, gamma, EPS)
     assert torch.isfinite(y).all()
     _check_forward(y, x, weight, gamma)
-    forced = replace(plan_rmsnorm_linear(4, 16, 64, torch.float16), rms="in-loop")
+    forced = replace(plan_rmsnorm_linear(m, 16, 64, torch.float16), rms="in-loop")
     y_in_loop = rmsnorm_linear_fwd(x, weight, gamma, EPS, forced)[0]
     assert not torch.isfinite(y_in_loop).all(), "the hazard the pre-pass exists for has gone: revisit RMS_MODE"
 
@@ -333,7 +334,8 @@ def test_empty_inputs_return_empty_without_launch(x_shape, n, device, gen, monke
     def no_launch(*args, **kwargs):
         raise AssertionError("an empty output must not launch a kernel")
 
-    monkeypatch.setattr(rl_module, "rmsnorm_linear_fwd", no_launch)
+    monkeypatch.setattr(rl_module, "_launch_gemv", no_launch)
+    monkeypatch.setattr(tiled, "rmsnorm_linear_tiled_fwd", no_launch)
     x = _draw(x_shape, torch.bfloat16, device, gen).requires_grad_()
     weight = _draw((n, 32), torch.bfloat16, device, gen).requires_grad_()
     gamma = _draw((32,), torch.bfloat16, device, gen).requires_grad_()
@@ -404,8 +406,8 @@ def test_plan_refuses_unsupported_dtype():
 
 
 def test_shape_class_thresholds():
-    assert shape_class(1) == shape_class(VECTOR_MAX_M) == "vector"
-    assert shape_class(VECTOR_MAX_M + 1) == "decode"
+    assert shape_class(1) == shape_class(GEMV_MAX_M) == "gemv"
+    assert shape_class(GEMV_MAX_M + 1) == "decode"
     assert shape_class(DECODE_MAX_M) == "decode"
     assert shape_class(DECODE_MAX_M + 1) == "middle"
     assert shape_class(PREFILL_MIN_M - 1) == "middle"
@@ -421,9 +423,10 @@ def test_m_bucket(m, bucket):
 
 
 def test_rms_mode_by_dtype():
-    assert plan_rmsnorm_linear(4, 16, 32, torch.bfloat16).rms == RMS_MODE[torch.bfloat16] == "in-loop"
-    assert plan_rmsnorm_linear(4, 16, 32, torch.float16).rms == RMS_MODE[torch.float16] == "pre-pass"
-    assert plan_rmsnorm_linear(1, 16, 32, torch.float16).rms == "in-loop"  # the vector kernel's math is fp32
+    for m in (20, 4):  # the tiled kernels and the GEMV on the tensor cores
+        assert plan_rmsnorm_linear(m, 16, 32, torch.bfloat16).rms == RMS_MODE[torch.bfloat16] == "in-loop"
+        assert plan_rmsnorm_linear(m, 16, 32, torch.float16).rms == RMS_MODE[torch.float16] == "pre-pass"
+    assert plan_rmsnorm_linear(1, 16, 32, torch.float16).rms == "in-loop"  # the GEMV's CUDA-core math is fp32
 
 
 def test_interpreter_plan_is_one_fixed_config():
@@ -431,11 +434,12 @@ def test_interpreter_plan_is_one_fixed_config():
     assert plan == RmsNormLinearPlan("decode", 32, "in-loop", False, 1, INTERPRETER_CONFIG)
     assert plan.as_dict()["config"] == INTERPRETER_CONFIG
     assert INTERPRETER_CONFIG["SPLIT_K"] > 1  # CPU tests run the split-K fix-up by default
-    vector = plan_rmsnorm_linear(1, 48, 96, torch.float16, interpret=True)
-    assert vector == RmsNormLinearPlan("vector", 16, "in-loop", False, 1, INTERPRETER_VECTOR_CONFIG)
+    for interpret in (True, False):  # the GEMV's plan is the same fixed table everywhere
+        gemv = plan_rmsnorm_linear(16, 48, 96, torch.float16, interpret=interpret)
+        assert (gemv.shape_class, gemv.autotuned, gemv.candidates) == ("gemv", False, 1) and gemv.config
 
 
-@pytest.mark.parametrize("m,cls", [(1, "vector"), (2, "decode"), (DECODE_MAX_M, "decode"), (DECODE_MAX_M + 1, "middle"),
+@pytest.mark.parametrize("m,cls", [(GEMV_MAX_M + 1, "decode"), (DECODE_MAX_M, "decode"), (DECODE_MAX_M + 1, "middle"),
                                    (PREFILL_MIN_M - 1, "middle"), (PREFILL_MIN_M, "prefill"), (8192, "prefill")])
 def test_gpu_plan_autotunes_over_its_class_list(m, cls):
     plan = plan_rmsnorm_linear(m, 4096, 4096, torch.bfloat16, interpret=False)
@@ -443,7 +447,11 @@ def test_gpu_plan_autotunes_over_its_class_list(m, cls):
     assert plan.candidates == len(candidate_configs(m)) > 1
 
 
-@pytest.mark.parametrize("m", [2, 16, 17, 32, 33, 64])
+def test_gemv_rows_have_no_autotuning_candidates():
+    assert candidate_configs(1) == candidate_configs(GEMV_MAX_M) == []
+
+
+@pytest.mark.parametrize("m", [17, 32, 33, 64])
 def test_decode_tiles_cover_the_batch_in_one_row_tile(m):
     # W streams from DRAM once only if one row-tile holds every row.
     configs = candidate_configs(m)
@@ -462,30 +470,28 @@ def test_prefill_keeps_every_config_that_fits():
 
 
 def test_configs_fit_shared_memory_and_are_valid_tiles():
-    for cls in SHAPE_CLASSES:
+    for cls in TILED_CLASSES:
         for c in class_configs(cls):
-            dims = ("BLOCK_N", "BLOCK_K") if cls == "vector" else ("BLOCK_M", "BLOCK_N", "BLOCK_K")
-            for dim in dims:
-                assert c[dim] >= (4 if cls == "vector" else 16) and c[dim] == triton.next_power_of_2(c[dim]), (cls, c)
+            for dim in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+                assert c[dim] >= 16 and c[dim] == triton.next_power_of_2(c[dim]), (cls, c)
             assert c["num_warps"] in (4, 8)
-            if cls != "vector":
-                assert c["SPLIT_K"] >= 1 and isinstance(c["SWAP_AB"], bool)
-                assert not c["SWAP_AB"] or c["BLOCK_N"] >= 64  # W as the first operand fills a warpgroup MMA
+            assert c["SPLIT_K"] >= 1 and isinstance(c["SWAP_AB"], bool)
+            assert not c["SWAP_AB"] or c["BLOCK_N"] >= 64  # W as the first operand fills a warpgroup MMA
     oversized = {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 512, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
     assert smem_bytes(oversized) == 3 * (64 + 32) * 512 * 2 > SMEM_BYTES
     assert not config_fits(oversized, "decode", 64)
-    assert all(smem_bytes(c) <= SMEM_BYTES for m in (1, 16, 64, 128, 1000, 4096) for c in candidate_configs(m))
-    with pytest.raises(ValueError, match="shape class must be one of vector, decode, middle, prefill"):
+    assert all(smem_bytes(c) <= SMEM_BYTES for m in (17, 64, 128, 1000, 4096) for c in candidate_configs(m))
+    with pytest.raises(ValueError, match="shape class must be one of decode, middle, prefill"):
         class_configs("huge")
 
 
 def test_autotuners_hold_the_tabulated_configs_and_prune_like_the_plan():
-    for cls in SHAPE_CLASSES:
-        tuner = rl_module._AUTOTUNERS[cls]
-        assert tuner.keys == (["N", "K"] if cls == "vector" else ["M_BUCKET", "N", "K"])
+    for cls in TILED_CLASSES:
+        tuner = tiled.AUTOTUNERS[cls]
+        assert tuner.keys == ["M_BUCKET", "N", "K"]
         assert [config_dict(c) for c in tuner.configs] == class_configs(cls)
-    for m in (2, 16, 64, 65, 128, 1000, 1024, 8192):
-        tuner = rl_module._AUTOTUNERS[shape_class(m)]
+    for m in (17, 32, 64, 65, 128, 1000, 1024, 8192):
+        tuner = tiled.AUTOTUNERS[shape_class(m)]
         pruned = tuner.early_config_prune(tuner.configs, {"M_BUCKET": m_bucket(m)})
         assert [config_dict(c) for c in pruned] == candidate_configs(m)
 
@@ -496,21 +502,26 @@ def test_config_dict_drops_derived_flags():
     assert config_dict(cfg) == {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 128, "GROUP_M": 8, "num_warps": 4, "num_stages": 5}
 
 
-def test_public_api_dispatches_rms_mode_and_reports_the_plan(device, gen, monkeypatch):
+def test_public_api_dispatches_by_shape_class(device, gen, monkeypatch):
     seen = []
-    real = rl_module.rmsnorm_linear_fwd
+    real_gemv, real_tiled = rl_module._launch_gemv, tiled.rmsnorm_linear_tiled_fwd
 
-    def recording(*args, **kwargs):
-        result = real(*args, **kwargs)
-        seen.append(result[2])
-        return result
+    def gemv(*args, **kwargs):
+        seen.append(("gemv", args[0].gemv.form))
+        return real_gemv(*args, **kwargs)
 
-    monkeypatch.setattr(rl_module, "rmsnorm_linear_fwd", recording)
-    for dtype in (torch.float16, torch.bfloat16):
-        rmsnorm_linear(*_operands(2, 32, 16, dtype, device, gen))
-    rmsnorm_linear(*_operands(DECODE_MAX_M + 1, 32, 16, torch.bfloat16, device, gen))
-    assert [(p.rms, p.shape_class) for p in seen] == [("pre-pass", "decode"), ("in-loop", "decode"), ("in-loop", "middle")]
-    assert all(p.config is not None for p in seen)
+    def tiled_fwd(*args, **kwargs):
+        config = real_tiled(*args, **kwargs)
+        seen.append((args[4], args[6]))  # shape class, r in the loop
+        assert config is not None
+        return config
+
+    monkeypatch.setattr(rl_module, "_launch_gemv", gemv)
+    monkeypatch.setattr(tiled, "rmsnorm_linear_tiled_fwd", tiled_fwd)
+    for m in (1, GEMV_MAX_M, GEMV_MAX_M + 1, DECODE_MAX_M + 1):
+        rmsnorm_linear(*_operands(m, 32, 16, torch.bfloat16, device, gen))
+    rmsnorm_linear(*_operands(GEMV_MAX_M + 1, 32, 16, torch.float16, device, gen))
+    assert seen == [("gemv", "fma"), ("gemv", "dot"), ("decode", True), ("middle", True), ("decode", False)]
 
 
 def test_resolve_plan_without_cuda_launches_nothing(monkeypatch):
@@ -519,10 +530,11 @@ def test_resolve_plan_without_cuda_launches_nothing(monkeypatch):
 
     monkeypatch.setattr(rl_module, "rmsnorm_linear_fwd", no_launch)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert resolve_plan(16, 4096, 4096, torch.bfloat16, "cpu").config == INTERPRETER_CONFIG
+    assert resolve_plan(17, 4096, 4096, torch.bfloat16, "cpu").config == INTERPRETER_CONFIG
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    plan = resolve_plan(16, 4096, 4096, torch.bfloat16, "cpu")
+    plan = resolve_plan(17, 4096, 4096, torch.bfloat16, "cpu")
     assert plan.autotuned and plan.config is None
+    assert resolve_plan(16, 4096, 4096, torch.bfloat16, "cpu") == plan_rmsnorm_linear(16, 4096, 4096, torch.bfloat16)
 
 
 def test_rms_prepass_matches_float64(device, gen):
@@ -569,9 +581,12 @@ def test_experiment_declarations():
 
     decode, prefill = _experiments()
     assert (decode.claim.threshold, prefill.claim.threshold) == (1.1, 1.0)
-    for exp, ms in ((decode, (1, 16, 128)), (prefill, (1024, 4096, 8192))):
-        assert sorted((c["M"], c["N"], c["K"]) for c in exp.cases) == sorted(
-            (m, n, 4096) for m in ms for n in (4096, 12288))
+    assert sorted((c["M"], c["N"], c["K"]) for c in decode.cases) == sorted(
+        (m, n, k) for m in (1, 4, 16) for n, k in ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192)))
+    assert len(decode.cases) <= 12 and all(c["M"] <= GEMV_MAX_M for c in decode.cases)  # every point runs the GEMV
+    assert sorted((c["M"], c["N"], c["K"]) for c in prefill.cases) == sorted(
+        (m, n, 4096) for m in (1024, 4096, 8192) for n in (4096, 12288))
+    for exp in (decode, prefill):
         assert exp.dtypes == (torch.bfloat16,)
         assert [p.name for p in exp.profiles] == ["torch-unfused", "torch.compile", "triton-seed-style", "triton-fused"]
         assert exp.claim.subject == "triton-fused" and exp.claim.baselines == ("torch-unfused", "torch.compile")
@@ -632,7 +647,8 @@ def test_experiment_plans():
     case = Case("t", {"M": 16, "N": 12288, "K": 4096})
     assert rl.seed_plan(case, torch.bfloat16)["grid"] == [1, 96]
     fused = rl.fused_plan(case, torch.bfloat16)
-    assert fused["shape_class"] == "decode" and fused["rms"] == "in-loop"
+    assert fused["shape_class"] == "gemv" and fused["rms"] == "in-loop" and fused["config"]["form"] == "dot"
+    assert rl.fused_plan(Case("t", {"M": 17, "N": 12288, "K": 4096}), torch.bfloat16)["shape_class"] == "decode"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -649,7 +665,7 @@ def test_post_floors_follow_the_models():
     text = POST.read_text(encoding="utf-8")
     pattern = r"^\| (\d+) × (\d+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| ([\d.]+) \|$"
     rows = re.findall(pattern, text, re.MULTILINE)
-    assert len(rows) == 12, "the floors table lists every case of both experiments"
+    assert len(rows) == 12, "the floors table lists twelve shapes from one token to prefill"
     intensities = {}
     for m, n, mbytes, gflop, per_byte, extra_mb in rows:
         case = Case("t", {"M": int(m), "N": int(n), "K": 4096})

@@ -1,5 +1,6 @@
-"""Tuning probe for the fused RMSNorm + linear kernel (GPU only): times explicit tile configs, split-K
-included, against the unfused pair, to choose the config lists in kernels/rmsnorm_linear.py.
+"""Tuning probe for the fused RMSNorm + linear kernel (GPU only): times explicit GEMV plans (M <= 16) and
+tile configs (M = 128), split-K included, against the unfused pair, to choose the plan table in
+kernels/rmsnorm_gemv.py and the config lists in kernels/_rmsnorm_linear_tiled.py.
 
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
@@ -26,14 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
 from probe_common import probe_header  # noqa: E402
-from kernels.rmsnorm_linear import (  # noqa: E402
-    SMEM_BYTES,
-    _config,
-    plan_rmsnorm_linear,
-    rmsnorm_linear,
-    rmsnorm_linear_fwd,
-    smem_bytes,
-)
+from kernels._gemv import GemvPlan  # noqa: E402
+from kernels._rmsnorm_linear_tiled import SMEM_BYTES, _config, smem_bytes  # noqa: E402
+from kernels.rmsnorm_linear import plan_rmsnorm_linear, rmsnorm_linear, rmsnorm_linear_fwd  # noqa: E402
 
 K = 4096
 EPS = 1e-6
@@ -41,21 +37,19 @@ SHAPES = [(m, n) for m in (1, 16, 128) for n in (4096, 12288)]
 
 
 def vector_grid() -> list[dict]:
-    """M = 1 configs of the CUDA-core kernel: rows of W per program, load depth, warps and loads in flight,
+    """M = 1 GEMV plans on the CUDA cores: rows of W per program, load depth, warps and loads in flight,
     kept to 8-64 elements of the W tile per thread."""
     configs = []
     for bn, bk, warps, stages in itertools.product((4, 8, 16, 32), (256, 512, 1024), (4, 8), (2, 3, 4)):
         if 8 <= bn * bk // (32 * warps) <= 64:
-            configs.append({"BLOCK_N": bn, "BLOCK_K": bk, "LOAD_STAGES": stages, "num_warps": warps, "num_stages": 1})
+            configs.append(GemvPlan("fma", 1, bn, bk, 1, warps, stages, False).as_dict())
     return configs
 
 
 def decode_grid() -> list[dict]:
-    """BLOCK_M = 16 configs: the tile width, K depth, pipeline depth and split-K that decide how W streams."""
-    configs = [_config(16, bn, bk, st, 4, sk)
-               for bn, bk, st, sk in itertools.product((32, 64), (128, 256), (3, 4, 5), (1, 2))]
-    configs += [_config(16, 64, 256, 4, 8, 1), _config(16, 128, 128, 4, 4, 1), _config(16, 16, 512, 3, 4, 1)]
-    return [c for c in configs if smem_bytes(c) <= SMEM_BYTES]
+    """M = 16 GEMV plans on the tensor cores: the tile width, K depth, pipeline depth, split-K and operand order."""
+    return [GemvPlan("dot", 16, bn, bk, sk, 4, st, swap).as_dict()
+            for bn, bk, st, sk, swap in itertools.product((32, 64), (128, 256), (3, 4), (1, 2, 4), (True, False))]
 
 
 def middle_grid() -> list[dict]:
@@ -107,7 +101,7 @@ def main() -> int:
             if "BLOCK_M" in cfg:
                 name = "lab:m{BLOCK_M}n{BLOCK_N}k{BLOCK_K}s{num_stages}w{num_warps}x{SPLIT_K}".format(**cfg)
             else:
-                name = "lab:v-n{BLOCK_N}k{BLOCK_K}s{LOAD_STAGES}w{num_warps}".format(**cfg)
+                name = "lab:{form}-n{block_n}k{block_k}s{load_stages}w{num_warps}x{split_k}{swap}".format(**cfg)
             candidates.append((name, lambda p=plan: rmsnorm_linear_fwd(x, w, g, EPS, p)[0]))
         for name, fn in candidates:
             row = {"M": m, "N": n, "K": K, "variant": name}

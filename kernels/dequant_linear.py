@@ -1,0 +1,432 @@
+"""Weight-only quantised linear layers at decode: int8 and int4 weights, dequantised in registers.
+
+    int8:  y_mn = s_n * sum_k x_mk q_nk                       q [N, K] int8, s [N] (per output channel)
+    int4:  y_mn = sum_g s_ng * sum_{k in g} x_mk (u_nk - 8)    u [N, K] in 0..15, s [N, K/G] (groups of G)
+
+A decode step reads the weight once and nearly nothing else, so the kernel is a read of the integer
+weights at the DRAM rate: that is the whole point of quantising them. Bytes, for x [M, K] and y [M, N] of
+`size`-byte elements and scales of `s_size` bytes:
+
+    int8: N*K + N*s_size + (M*K + M*N)*size                (4096 x 4096: 16.8 MB, half of bf16's)
+    int4: N*K/2 + N*(K/G)*s_size + (M*K + M*N)*size        (4096 x 4096, G = 128: 8.7 MB)
+
+Dequantising first and calling F.linear writes the dequantised weight (N*K*size) and reads it back: three
+to five times the bytes of the fused read.
+
+int4 layout (`quantize_int4`, `unpack_int4`): w_packed is uint8 [N, K/2]. Each group of G consecutive k of
+a row occupies G/2 consecutive bytes; byte j of group g holds u at k = g*G + j in its low nibble and at
+k = g*G + G/2 + j in its high nibble, with u = q + 8 for the signed value q in -8..7. So one group is one
+load of G/2 bytes whose low nibbles pair with the first half of the group's x and high nibbles with the
+second half, both contiguous. Scales are [N, K/G].
+
+Forms and split-K as in kernels/_gemv.py (the plan table, FMA_MAX_M, says which form runs). Conversions
+avoid the slow integer-to-float instruction, whose rate is a fraction of the FMA rate:
+* int8, CUDA cores: q + 128 OR-ed into the mantissa of 2^23 is the float 2^23 + 128 + q exactly; one float
+  subtraction leaves q. On the tensor cores that float's top half is q in bfloat16 (exact).
+* int4, CUDA cores: a nibble in the top of the mantissa of 1.0 is f = 1 + u/16 exactly, so a group's
+  sum_k (u - 8) x = 16 * sum_k f x - 24 * sum_k x, and the group's scale applies once per row, not per weight.
+* int4, tensor cores: a nibble OR-ed into the bits of 128.0 (bfloat16; 1024.0 for float16) is 128 + u
+  exactly; the product sums (128 + u) * x and a constant operand of -136 subtracts 136 * x on the tensor
+  cores too. Each costs a few bits of fp32 to cancellation, far below the output's rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._checks import check_device, check_dtype, interpreter_enabled
+from kernels._gemv import GemvPlan, choose_split_k, split_k_sum, split_k_workspace
+from kernels._launch import aligned, bind
+from kernels.quantize import GROUP_SIZES, check_group_size, quantize_int4, quantize_int8, unpack_int4
+
+__all__ = ["int8_linear", "int4_linear", "quantize_int8", "quantize_int4", "unpack_int4", "GROUP_SIZES"]
+
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
+SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# --------------------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _int8_as_float(q):
+    # q (int8) -> fp32, exactly, without an integer-to-float conversion: 2^23 + 128 + q, minus 2^23 + 128.
+    return (q.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+
+
+@triton.jit
+def _int8_linear_kernel(
+    x_ptr, q_ptr, s_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, stride_xm, stride_qn, stride_ym,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    USE_DOT: tl.constexpr, EVEN_K: tl.constexpr, LOAD_STAGES: tl.constexpr, EVICT: tl.constexpr,
+    DOT_F32: tl.constexpr, FAST_CVT: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    tile = pid // SPLIT_K
+    split = pid % SPLIT_K
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols_in = (cols % N).to(tl.int64)  # wrapped columns: unmasked loads, dropped at the store
+    rows = tl.arange(0, BLOCK_M)
+    row_in = rows < M
+    offs_k = tl.arange(0, BLOCK_K)
+    k_per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+    k_start = split * k_per_split
+    k_end = tl.minimum(K, k_start + k_per_split)
+    q_ptrs = q_ptr + cols_in[:, None] * stride_qn + offs_k[None, :]
+    if USE_DOT:  # x^T [BLOCK_K, BLOCK_M], loaded straight into the second operand
+        x_ptrs = x_ptr + rows.to(tl.int64)[None, :] * stride_xm + offs_k[:, None]
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + offs_k[None, :]
+        acc = tl.zeros((BLOCK_N, BLOCK_K) if BLOCK_M == 1 else (BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in tl.range(k_start, k_end, BLOCK_K, num_stages=LOAD_STAGES):
+        k_in = (k0 + offs_k) < K
+        if EVEN_K:
+            q = tl.load(q_ptrs + k0, eviction_policy=EVICT)
+        else:
+            q = tl.load(q_ptrs + k0, mask=k_in[None, :], other=0, eviction_policy=EVICT)
+        if FAST_CVT:
+            w = _int8_as_float(q)
+        else:
+            w = q.to(tl.float32)
+        if USE_DOT:
+            xt = tl.load(x_ptrs + k0, mask=row_in[None, :] & k_in[:, None], other=0.0)
+            if FAST_CVT and x_ptr.dtype.element_ty == tl.bfloat16:  # q is exact in bf16: keep the top half
+                wd = (w.to(tl.int32, bitcast=True) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            else:
+                wd = w.to(x_ptr.dtype.element_ty)
+            if DOT_F32:  # the interpreter's tl.dot multiplies bfloat16 bit patterns (triton-lang/triton#11584)
+                acc = tl.dot(wd.to(tl.float32), xt.to(tl.float32), acc)
+            else:
+                acc = tl.dot(wd, xt, acc)
+        else:
+            x = tl.load(x_ptrs + k0, mask=row_in[:, None] & k_in[None, :], other=0.0).to(tl.float32)
+            if BLOCK_M == 1:
+                acc += w * x
+            else:
+                acc += w[None, :, :] * x[:, None, :]
+
+    if USE_DOT:
+        c = tl.trans(acc)  # [BLOCK_M, BLOCK_N]
+    elif BLOCK_M == 1:
+        c = tl.sum(acc, axis=1)[None, :]
+    else:
+        c = tl.sum(acc, axis=2)
+    is_last = True
+    if SPLIT_K > 1:
+        is_last, c, _ = split_k_sum(c, tl.zeros((BLOCK_M,), dtype=tl.float32), part_ptr, count_ptr, tile, split,
+                                    SPLIT_K, BLOCK_M, BLOCK_N)
+    if is_last:
+        s = tl.load(s_ptr + cols_in).to(tl.float32)
+        y = c * s[None, :]
+        mask = row_in[:, None] & (cols < N)[None, :]
+        tl.store(y_ptr + rows.to(tl.int64)[:, None] * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _int4_linear_kernel(
+    x_ptr, p_ptr, s_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, stride_xm, stride_pn, stride_sn, stride_ym,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    USE_DOT: tl.constexpr, LOAD_STAGES: tl.constexpr, EVICT: tl.constexpr, DOT_F32: tl.constexpr,
+):
+    # One K-step is one group: G/2 bytes per row of W, G values of k, one scale per row.
+    HALF: tl.constexpr = GROUP // 2
+    pid = tl.program_id(0)
+    tile = pid // SPLIT_K
+    split = pid % SPLIT_K
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols_in = (cols % N).to(tl.int64)
+    rows = tl.arange(0, BLOCK_M)
+    row_in = rows < M
+    offs_h = tl.arange(0, HALF)
+    n_groups = K // GROUP
+    groups_per_split = tl.cdiv(n_groups, SPLIT_K)
+    g_start = split * groups_per_split
+    g_end = tl.minimum(n_groups, g_start + groups_per_split)
+    p_ptrs = p_ptr + cols_in[:, None] * stride_pn + offs_h[None, :]
+    s_ptrs = s_ptr + cols_in * stride_sn
+    if USE_DOT:
+        x_ptrs = x_ptr + rows.to(tl.int64)[None, :] * stride_xm + offs_h[:, None]  # x^T halves [HALF, BLOCK_M]
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        if x_ptr.dtype.element_ty == tl.bfloat16:  # 128 + u: a nibble in the mantissa of 128.0
+            MAGIC_BITS: tl.constexpr = 0x4300
+            MAGIC: tl.constexpr = 136.0  # 128 + 8
+        else:  # float16: 1024 + u
+            MAGIC_BITS: tl.constexpr = 0x6400
+            MAGIC: tl.constexpr = 1032.0
+        NEG_MAGIC = tl.full((BLOCK_N, HALF), -MAGIC, dtype=tl.float32).to(x_ptr.dtype.element_ty)
+    else:
+        x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + offs_h[None, :]  # x halves [BLOCK_M, HALF]
+        acc = tl.zeros((BLOCK_N,) if BLOCK_M == 1 else (BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for g in tl.range(g_start, g_end, num_stages=LOAD_STAGES):
+        b = tl.load(p_ptrs + g * HALF, eviction_policy=EVICT)
+        s = tl.load(s_ptrs + g).to(tl.float32)
+        lo = b & 0xF
+        hi = b >> 4
+        k0 = g * GROUP
+        if USE_DOT:
+            x_lo = tl.load(x_ptrs + k0, mask=row_in[None, :], other=0.0)
+            x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[None, :], other=0.0)
+            w_lo = (lo.to(tl.int16) | MAGIC_BITS).to(x_ptr.dtype.element_ty, bitcast=True)
+            w_hi = (hi.to(tl.int16) | MAGIC_BITS).to(x_ptr.dtype.element_ty, bitcast=True)
+            # (128 + u) x summed, then MAGIC * x subtracted, both on the tensor cores: no reduction of x here.
+            if DOT_F32:
+                part = tl.dot(w_lo.to(tl.float32), x_lo.to(tl.float32))
+                part = tl.dot(w_hi.to(tl.float32), x_hi.to(tl.float32), part)
+                part = tl.dot(NEG_MAGIC.to(tl.float32), (x_lo.to(tl.float32) + x_hi.to(tl.float32)), part)
+            else:
+                part = tl.dot(w_lo, x_lo)
+                part = tl.dot(w_hi, x_hi, part)
+                part = tl.dot(NEG_MAGIC, x_lo, part)
+                part = tl.dot(NEG_MAGIC, x_hi, part)
+            acc += s[:, None] * part
+        else:
+            x_lo = tl.load(x_ptrs + k0, mask=row_in[:, None], other=0.0).to(tl.float32)
+            x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[:, None], other=0.0).to(tl.float32)
+            # f = 1 + u/16 exactly (the nibble in the top of the mantissa of 1.0), so per group
+            # sum (u - 8) x = 16 * sum f x - 24 * sum x; the scale applies once per group, not per weight.
+            f_lo = ((lo.to(tl.uint32) << 19) | 0x3F800000).to(tl.float32, bitcast=True)
+            f_hi = ((hi.to(tl.uint32) << 19) | 0x3F800000).to(tl.float32, bitcast=True)
+            x_sum = tl.sum(x_lo + x_hi, axis=1)  # [BLOCK_M]
+            if BLOCK_M == 1:
+                p = tl.sum(f_lo * x_lo + f_hi * x_hi, axis=1)
+                acc += s * (16.0 * p - 24.0 * x_sum)
+            else:
+                p = tl.sum(f_lo[None, :, :] * x_lo[:, None, :] + f_hi[None, :, :] * x_hi[:, None, :], axis=2)
+                acc += s[None, :] * (16.0 * p - 24.0 * x_sum[:, None])
+
+    if USE_DOT:
+        c = tl.trans(acc)
+    elif BLOCK_M == 1:
+        c = acc[None, :]
+    else:
+        c = acc
+    is_last = True
+    if SPLIT_K > 1:
+        is_last, c, _ = split_k_sum(c, tl.zeros((BLOCK_M,), dtype=tl.float32), part_ptr, count_ptr, tile, split,
+                                    SPLIT_K, BLOCK_M, BLOCK_N)
+    if is_last:
+        mask = row_in[:, None] & (cols < N)[None, :]
+        tl.store(y_ptr + rows.to(tl.int64)[:, None] * stride_ym + cols[None, :], c.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Plan: a pure function of (bits, M, N, K)
+# --------------------------------------------------------------------------------------------------------
+
+# M <= FMA_MAX_M[bits]: CUDA cores (fp32); above: tensor cores, M padded to a power of two >= 16. Compiled for
+# sm_90a, the int4 CUDA-core loop spends 7-10 instructions a weight against about 5 on the tensor cores (the
+# nibbles go straight into 16-bit operands there), and one byte carries two int4 weights: at M = 1 int4
+# takes the tensor cores too. int8's CUDA-core loop, about 6 instructions a byte, keeps M = 1.
+FMA_MAX_M = {8: 1, 4: 0}
+DOT_MAX_M = 64  # the largest batch one row-tile holds; larger M is refused (a GEMM's job)
+# (BLOCK_N, BLOCK_K, num_warps, load stages); for int4 BLOCK_K is the group size, fixed by the weights.
+TILES = {
+    (8, "fma"): (8, 512, 4, 3),
+    (8, "dot"): (64, 128, 4, 3),
+    (4, "fma"): (32, None, 4, 4),
+    (4, "dot"): (64, None, 4, 3),
+}
+# Split-K as for the bf16 GEMV: about two waves of programs on 132 SMs, no split under four K-steps.
+MIN_PROGRAMS = 264
+MIN_STEPS_PER_SPLIT = 4
+MAX_SPLIT_K = 8
+EVICT_FIRST = False
+FAST_CVT = True
+
+
+def plan_dequant_linear(bits: int, n_rows: int, n_cols: int, n_features: int, group_size: int = 128) -> GemvPlan:
+    """The launch plan for M = n_rows tokens through an N = n_cols by K = n_features weight of `bits` bits."""
+    if bits not in (4, 8):
+        raise ValueError(f"dequant_linear: bits must be 4 or 8, got {bits!r}.")
+    if not 1 <= n_rows <= DOT_MAX_M:
+        raise ValueError(f"dequant_linear: serves 1 <= M <= {DOT_MAX_M} rows, got {n_rows}.")
+    form = "fma" if n_rows <= FMA_MAX_M[bits] else "dot"
+    block_n, block_k, warps, stages = TILES[(bits, form)]
+    block_m = max(1, triton.next_power_of_2(n_rows)) if form == "fma" else max(16, triton.next_power_of_2(n_rows))
+    block_n = min(block_n, max(16 if form == "dot" else 1, triton.next_power_of_2(n_cols)))
+    if bits == 4:
+        block_k = group_size
+    else:
+        block_k = min(block_k, max(16, triton.next_power_of_2(n_features)))
+    split = choose_split_k(triton.cdiv(n_cols, block_n), triton.cdiv(n_features, block_k),
+                           min_programs=MIN_PROGRAMS, min_steps=MIN_STEPS_PER_SPLIT, max_split=MAX_SPLIT_K)
+    return GemvPlan(form, block_m, block_n, block_k, split, warps, stages, True, EVICT_FIRST)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Launchers (x 2-D with unit stride along K; weights with unit stride along K; scales contiguous)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _workspace(plan: GemvPlan, n_cols: int, out: torch.Tensor):
+    if plan.split_k > 1:
+        return split_k_workspace(plan, n_cols, out.device)
+    return out, out  # never touched without split-K
+
+
+def _launch_spec(bits: int, x, weight, scales, plan: GemvPlan, out, group_size: int = 0, fast_cvt: bool = FAST_CVT):
+    """(kernel, grid, arguments, constexprs and options) of one launch; the first six arguments are tensors."""
+    n_rows, n_features = x.shape
+    n_cols = weight.shape[0]
+    part, counts = _workspace(plan, n_cols, out)
+    meta = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLIT_K=plan.split_k, USE_DOT=plan.form == "dot",
+                LOAD_STAGES=plan.load_stages, EVICT="evict_first" if plan.evict_first else "",
+                DOT_F32=interpreter_enabled(), num_warps=plan.num_warps, num_stages=1)
+    if bits == 8:
+        args = (x, weight, scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0), weight.stride(0),
+                out.stride(0))
+        meta.update(BLOCK_K=plan.block_k, EVEN_K=n_features % plan.block_k == 0, FAST_CVT=fast_cvt)
+        return _int8_linear_kernel, plan.grid(n_cols), args, meta
+    args = (x, weight, scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0), weight.stride(0),
+            scales.stride(0), out.stride(0))
+    return _int4_linear_kernel, plan.grid(n_cols), args, {**meta, "GROUP": group_size}
+
+
+def int8_linear_fwd(x, w_q, scales, plan: GemvPlan, out: torch.Tensor, *, fast_cvt: bool = FAST_CVT) -> torch.Tensor:
+    """out [M, N] = x [M, K] @ (w_q * scales[:, None])^T with `plan`."""
+    kernel, grid, args, meta = _launch_spec(8, x, w_q, scales, plan, out, fast_cvt=fast_cvt)
+    kernel[grid](*args, **meta)
+    return out
+
+
+def int4_linear_fwd(x, w_packed, scales, group_size: int, plan: GemvPlan, out: torch.Tensor) -> torch.Tensor:
+    """out [M, N] = x [M, K] @ W^T for the packed int4 W with `plan`."""
+    kernel, grid, args, meta = _launch_spec(4, x, w_packed, scales, plan, out, group_size)
+    kernel[grid](*args, **meta)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------
+# Public functions (forward only: the weights are constants, and x's gradient is not provided)
+# --------------------------------------------------------------------------------------------------------
+
+
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def check_dequant_inputs(op: str, x, weight, scales, bits: int, group_size: int = 128) -> None:
+    """Types, dtypes, shapes and devices, with messages that name what was given and what is accepted."""
+    for name, t in (("x", x), ("weight", weight), ("scales", scales)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}.")
+    check_dtype(op, "x", x, ACTIVATION_DTYPES)
+    want = torch.int8 if bits == 8 else torch.uint8
+    if weight.dtype != want:
+        layout = "int8 [N, K]" if bits == 8 else "uint8 [N, K/2], two 4-bit values a byte (quantize_int4)"
+        raise TypeError(f"{op}: weight has dtype {_name(weight.dtype)}; expected {layout}.")
+    check_dtype(op, "scales", scales, SCALE_DTYPES)
+    if x.dim() < 1 or x.shape[-1] == 0:
+        raise ValueError(f"{op}: x must have shape [..., K] with K > 0, got {tuple(x.shape)}.")
+    if x.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{op}: forward only, but x requires grad; call it under torch.no_grad() or pass x.detach().")
+    n_features = x.shape[-1]
+    if bits == 8:
+        if weight.dim() != 2 or weight.shape[1] != n_features:
+            raise ValueError(f"{op}: weight must have shape [N, K] with K = {n_features} (the last dimension of x), "
+                             f"got {tuple(weight.shape)}.")
+        if scales.shape != (weight.shape[0],):
+            raise ValueError(f"{op}: scales must have shape [N] = ({weight.shape[0]},), got {tuple(scales.shape)}.")
+    else:
+        check_group_size(op, group_size, n_features)
+        if weight.dim() != 2 or 2 * weight.shape[1] != n_features:
+            raise ValueError(f"{op}: weight must have shape [N, K/2] with K = {n_features} (the last dimension of x), "
+                             f"got {tuple(weight.shape)}.")
+        want_scales = (weight.shape[0], n_features // group_size)
+        if tuple(scales.shape) != want_scales:
+            raise ValueError(f"{op}: scales must have shape [N, K/group_size] = {want_scales}, got {tuple(scales.shape)}.")
+    check_device(op, x, weight, scales)
+
+
+class _Call:
+    """A call's layout, worked out once per (shapes, strides, dtypes, devices, group size)."""
+
+    __slots__ = ("n_rows", "n_cols", "out_shape", "x_is_rows", "w_ok", "s_ok", "cpu", "plan", "bits", "group_size",
+                 "launchers")
+
+    def __init__(self, x, weight, scales, bits: int, group_size: int):
+        self.bits, self.group_size = bits, group_size
+        self.launchers = {}  # bound launches (kernels/_launch.py) by the 16-byte alignment of x, weight, scales
+        n_features = x.shape[-1]
+        self.n_rows = math.prod(x.shape[:-1])
+        self.n_cols = weight.shape[0]
+        self.out_shape = (*x.shape[:-1], self.n_cols)
+        self.x_is_rows = x.dim() == 2 and x.stride(1) == 1
+        self.w_ok = weight.stride(1) == 1 or weight.shape[1] == 1
+        self.s_ok = scales.is_contiguous()
+        self.cpu = x.device.type == "cpu"
+        self.plan = None
+        if self.n_rows > DOT_MAX_M:
+            raise ValueError(f"dequant_linear: serves up to M = {DOT_MAX_M} rows (decode and small batches), got "
+                             f"{self.n_rows}; dequantise once and use F.linear for larger batches.")
+        if self.n_rows and self.n_cols:
+            self.plan = plan_dequant_linear(bits, self.n_rows, self.n_cols, n_features, group_size)
+
+
+_CALLS: dict[tuple, _Call] = {}
+_MAX_CALLS = 4096
+
+
+def _call(op: str, x, weight, scales, bits: int, group_size: int) -> _Call:
+    try:
+        key = (bits, group_size, x.shape, x.stride(), x.dtype, x.device, weight.shape, weight.stride(),
+               weight.dtype, weight.device, scales.shape, scales.stride(), scales.dtype, scales.device)
+        call = _CALLS.get(key)
+    except (AttributeError, TypeError):
+        key = call = None
+    if call is None:
+        check_dequant_inputs(op, x, weight, scales, bits, group_size)
+        call = _Call(x, weight, scales, bits, group_size)
+        if key is not None:
+            if len(_CALLS) >= _MAX_CALLS:
+                _CALLS.clear()
+            _CALLS[key] = call
+    else:
+        if call.cpu:  # CPU tensors may run only under TRITON_INTERPRET, which may have changed
+            check_device(op, x, weight, scales)
+        if x.requires_grad and torch.is_grad_enabled():
+            check_dequant_inputs(op, x, weight, scales, bits, group_size)
+    return call
+
+
+def _run(call: _Call, x, weight, scales) -> torch.Tensor:
+    y = torch.empty((call.n_rows, call.n_cols), dtype=x.dtype, device=x.device)
+    if call.plan is not None:
+        x_rows = x if call.x_is_rows else x.reshape(call.n_rows, x.shape[-1]).contiguous()
+        w = weight if call.w_ok else weight.contiguous()
+        s = scales if call.s_ok else scales.contiguous()
+        part, counts = _workspace(call.plan, call.n_cols, y)
+        key = (aligned(x_rows), aligned(w), aligned(s))
+        launch = call.launchers.get(key)
+        if launch is None:  # bound once per layout: later calls pass their tensors and nothing else
+            kernel, grid, args, meta = _launch_spec(call.bits, x_rows, w, s, call.plan, y, call.group_size)
+            launch = call.launchers[key] = bind(kernel, grid, args, varying=6, **meta)
+        launch(x_rows, w, s, y, part, counts)
+    return y if len(call.out_shape) == 2 else y.view(call.out_shape)
+
+
+def int8_linear(x: torch.Tensor, w_q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """x @ (w_q * scales[:, None])^T with the int8 weight dequantised in registers.
+
+    x: [..., K] bfloat16 or float16 with at most 64 rows in all; w_q: int8 [N, K]; scales: [N], float32,
+    bfloat16 or float16 (quantize_int8 makes both). Returns [..., N] in x's dtype, accumulated in fp32.
+    """
+    return _run(_call("int8_linear", x, w_q, scales, 8, 0), x, w_q, scales)
+
+
+def int4_linear(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, group_size: int = 128) -> torch.Tensor:
+    """x @ W^T for the int4 weight W = q * scale of q's group, dequantised in registers.
+
+    x: [..., K] bfloat16 or float16 with at most 64 rows in all; w_packed: uint8 [N, K/2] in the layout of
+    kernels/quantize.py; scales: [N, K/group_size], float32, bfloat16 or float16; group_size one of
+    32, 64, 128, 256 dividing K (quantize_int4 makes both). Returns [..., N] in x's dtype.
+    """
+    return _run(_call("int4_linear", x, w_packed, scales, 4, group_size), x, w_packed, scales)

@@ -1,0 +1,136 @@
+"""Compile the decode kernels for sm_90a without a GPU and count the instructions of their main loops.
+
+    python tools/sass_decode.py > notes/probes/<date>-sm90a-decode-sass.txt
+
+For each launch plan: registers and spills (ptxas -v), shared memory, whether the product runs on the
+warpgroup MMA (wgmma) or mma.sync, and per K-loop iteration the instruction count, the count per weight
+element a thread handles, and the commonest opcodes. Instructions per weight against the rate weights
+arrive at the copy ceiling (bytes per clock per SM over bytes per weight) says whether a loop can keep up
+with DRAM: an SM issues 128 thread-instructions a clock. A reading of the code, not a timing.
+Uses the ptxas and nvdisasm that ship with Triton.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from kernels import dequant_linear as dl  # noqa: E402
+from kernels import rmsnorm_gemv as rg  # noqa: E402
+from kernels._gemv import GemvPlan  # noqa: E402
+
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+TARGET = GPUTarget("cuda", 90, 32)
+ALIGNED = ("N", "K", "stride_xm", "stride_wn", "stride_ym", "stride_qn", "stride_pn", "stride_sn")
+
+
+def compile_kernel(fn, signature: dict, constexprs: dict, num_warps: int):
+    names = list(signature)
+    # As the launcher sees real tensors: 16-byte aligned pointers, sizes and strides multiples of 16.
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if signature[n].startswith("*") or n in ALIGNED}
+    src = ASTSource(fn=fn, signature={**signature, **{c: "constexpr" for c in constexprs}}, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": 1})
+
+
+def loop_bodies(sass: str) -> list[list[str]]:
+    """Instruction lists of the backward branches' bodies (the loops), longest first."""
+    labels, ins = {}, []
+    for line in sass.splitlines():
+        if m := re.match(r"^\s*(\.L_x_\d+):", line):
+            labels[m.group(1)] = len(ins)
+        elif m := re.match(r"^\s*/\*[0-9a-f]+\*/\s+(.*?);", line):
+            ins.append(m.group(1))
+    bodies = []
+    for i, text in enumerate(ins):
+        m = re.search(r"BRA (?:`\()?(\.L_x_\d+)", text)
+        if m and labels.get(m.group(1), i) < i:
+            bodies.append(ins[labels[m.group(1)]:i + 1])
+    return sorted(bodies, key=len, reverse=True)
+
+
+def report(label: str, kernel, weights_per_thread: float) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
+        ptx.write_text(kernel.asm["ptx"])
+        cubin.write_bytes(kernel.asm["cubin"])
+        usage = subprocess.run([BIN / "ptxas", "-arch=sm_90a", "-v", ptx, "-o", os.devnull],
+                               capture_output=True, text=True).stderr
+        sass = subprocess.run([BIN / "nvdisasm", "-c", cubin], capture_output=True, text=True).stdout
+    regs = re.search(r"Used (\d+) registers", usage)
+    spills = re.search(r"(\d+) bytes spill stores", usage)
+    mma = "wgmma" if "wgmma" in kernel.asm["ptx"] else "mma.sync" if "mma.sync" in kernel.asm["ptx"] else "-"
+    body = loop_bodies(sass)[0]
+    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", b).split()[0].split(".")[0] for b in body)
+    top = " ".join(f"{op}:{n}" for op, n in ops.most_common(8))
+    print(f"{label:<44} regs {regs.group(1) if regs else '?':>3} spill {spills.group(1) if spills else '?':>3} "
+          f"smem {kernel.metadata.shared:>6} {mma:<8} loop {len(body):>4} instr, "
+          f"{len(body) / weights_per_thread:5.2f} per weight | {top}")
+
+
+def rmsnorm(plan: GemvPlan) -> None:
+    sig = {"x_ptr": "*bf16", "w_ptr": "*bf16", "gamma_ptr": "*bf16", "y_ptr": "*bf16", "r_ptr": "*fp32",
+           "part_ptr": "*fp32", "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32",
+           "stride_wn": "i32", "stride_ym": "i32", "eps": "fp32"}
+    const = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
+                 USE_DOT=plan.form == "dot", SWAP=plan.swap, RMS_IN_LOOP=True, STORE_R=False, EVEN_K=True,
+                 LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False)
+    k = compile_kernel(rg._rmsnorm_gemv_kernel, sig, const, plan.num_warps)
+    report(f"rmsnorm {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} w{plan.num_warps}"
+           f"{' W-first' if plan.form == 'dot' and plan.swap else ''}", k,
+           plan.block_n * plan.block_k / (32 * plan.num_warps))
+
+
+def int8(plan: GemvPlan, fast: bool = True) -> None:
+    sig = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
+           "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_qn": "i32",
+           "stride_ym": "i32"}
+    const = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
+                 USE_DOT=plan.form == "dot", EVEN_K=True, LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False,
+                 FAST_CVT=fast)
+    k = compile_kernel(dl._int8_linear_kernel, sig, const, plan.num_warps)
+    report(f"int8 {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} w{plan.num_warps}"
+           f"{'' if fast else ' plain-cvt'}", k, plan.block_n * plan.block_k / (32 * plan.num_warps))
+
+
+def int4(plan: GemvPlan, group: int = 128) -> None:
+    sig = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
+           "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_pn": "i32",
+           "stride_sn": "i32", "stride_ym": "i32"}
+    const = dict(GROUP=group, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLIT_K=plan.split_k,
+                 USE_DOT=plan.form == "dot", LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False)
+    k = compile_kernel(dl._int4_linear_kernel, sig, const, plan.num_warps)
+    report(f"int4 {plan.form} m{plan.block_m} n{plan.block_n} g{group} w{plan.num_warps}", k,
+           plan.block_n * group / (32 * plan.num_warps))
+
+
+def main() -> int:
+    print(f"Triton {triton.__version__}, sm_90a, offline (no GPU). Weights per clock per SM at 3 TB/s on 132 SMs "
+          f"at 1.75 GHz: bf16 6.5, int8 13, int4 26; an SM issues 128 thread-instructions a clock.")
+    for m in (1, 16):
+        rmsnorm(rg.plan_rmsnorm_gemv(m, 4096, 4096, __import__("torch").bfloat16))
+    rmsnorm(GemvPlan("fma", 4, 4, 256, 1, 4, 4, False))
+    rmsnorm(GemvPlan("dot", 16, 64, 256, 4, 4, 4, False))
+    for m in (1, 16):
+        int8(dl.plan_dequant_linear(8, m, 4096, 4096))
+    int8(dl.plan_dequant_linear(8, 1, 4096, 4096), fast=False)
+    for plan in (GemvPlan("fma", 1, 32, 128, 1, 4, 4), GemvPlan("fma", 1, 128, 128, 1, 4, 4),
+                 dl.plan_dequant_linear(4, 1, 4096, 4096), GemvPlan("dot", 16, 128, 128, 1, 8, 3),
+                 dl.plan_dequant_linear(4, 64, 4096, 4096)):
+        int4(plan)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

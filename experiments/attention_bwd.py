@@ -48,7 +48,7 @@ EXPERIMENT = Experiment(
         "Backward only: every profile's forward runs once, untimed, and each timed call is "
         "torch.autograd.grad(O, (Q, K, V), dO) on that graph, so each implementation pays for its own saved "
         "state (the lab's and the fused backends' logsumexp, the unfused path's stored P). bfloat16, no dropout, "
-        "equal lengths, as many key/value heads as query heads, contiguous inputs, one GPU model, L2 flushed "
+        "equal lengths, as many key/value heads as query heads, contiguous inputs, each GPU model judged on its own, L2 flushed "
         "before every call. TFLOP/s counts 2.5 × 4·B·H·S²·D, halved when causal. Accuracy is the worst of dQ, dK "
         "and dV against float64. The unfused paths are not run past 16 GiB of scores and gradients."
     ),

@@ -46,7 +46,7 @@ EXPERIMENT = Experiment(
     metrics=("latency", "throughput", "tflops"),
     evidence_boundary=(
         "Forward only, bfloat16, no dropout, no attention mask other than causal, equal query and key lengths, "
-        "as many key/value heads as query heads, contiguous (B, H, S, D) inputs; one GPU model, L2 flushed before "
+        "as many key/value heads as query heads, contiguous (B, H, S, D) inputs; each GPU model judged on its own, L2 flushed before "
         "every call. TFLOP/s counts 4·B·H·S²·D, halved when causal, whatever an implementation computes. GB/s is "
         "model throughput against the fused minimum and says little for a compute-bound kernel. The unfused "
         "paths are not run past 16 GiB of scores."

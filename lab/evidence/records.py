@@ -12,6 +12,9 @@ Profiler facts (lab.measure.profiling) are optional in schema version 1: a run-l
 null when the run was not profiled; records written before it existed simply lack the key) and, per
 profile result, `profiling` (null where that point was not profiled). Both are checked as strictly as the
 rest when present.
+
+The environment's `host` (runs since it was added) and `worker` (runs made by a cluster worker,
+lab.measure.cluster: where the scheduler placed it) are optional too, and checked when present.
 """
 
 from __future__ import annotations
@@ -46,6 +49,18 @@ STATUSES = ("ok", "incorrect", "error", "unsupported", "unavailable")
 GPU_EVIDENCE = "gpu"
 CPU_EVIDENCE = "cpu-interpreter: not performance evidence"
 CPU_GPU_KEY = "cpu-interpreter"  # the GPU key of records made on the CPU through Triton's interpreter
+
+
+def worker_placement(value: Any, where: str) -> dict:
+    """A cluster worker's placement: {"scheduler": name, "version": text, "node_id": text or null,
+    "gpu_ids": [text, ...]}."""
+    expect_object(value, where)
+    text(value, "scheduler", where)
+    text(value, "version", where)
+    text(value, "node_id", where, optional=True)
+    if not all(isinstance(i, str) for i in listing(value, "gpu_ids", where)):
+        raise RecordError(f"{where}.gpu_ids: expected a list of strings")
+    return dict(value)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -330,6 +345,10 @@ class RunRecord:
         environment = mapping(data, "environment", where)
         text(environment, "gpu_key", f"{where}.environment")
         text(environment, "gpu_name", f"{where}.environment")
+        if "host" in environment:
+            text(environment, "host", f"{where}.environment")
+        if "worker" in environment:
+            worker_placement(environment["worker"], f"{where}.environment.worker")
         evidence = text(data, "evidence", where)
         if evidence not in (GPU_EVIDENCE, CPU_EVIDENCE):
             raise RecordError(f"{where}.evidence: expected {GPU_EVIDENCE!r} or {CPU_EVIDENCE!r}, got {evidence!r}")

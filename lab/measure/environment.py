@@ -1,4 +1,4 @@
-"""What a run ran on: device, software versions, clocks, the git state and the command line.
+"""What a run ran on: host, device, software versions, clocks, the git state and the command line.
 
 `gpu_key` names a device model as a slug ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"): verdicts,
 plots and page sections are kept per key. Runs on the CPU through Triton's interpreter all share the key
@@ -11,6 +11,7 @@ import importlib.metadata
 import os
 import platform
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,7 @@ def capture_environment(device: str) -> dict:
     """The environment of a run on `device` ("cuda", "cuda:N" or "cpu"), as JSON-ready values."""
     packages = package_versions()
     env = {
+        "host": socket.gethostname(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": packages,

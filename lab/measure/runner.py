@@ -313,7 +313,7 @@ def run_experiment(
     experiment: Experiment,
     *,
     device: str,
-    records_dir: Path,
+    records_dir: Path | None,
     root: Path = REPO_ROOT,
     params: TimingParams | None = None,
     progress: bool = True,
@@ -321,8 +321,11 @@ def run_experiment(
     profiling: ProfilingRequest | None = None,
     say: Callable[[str], None] | None = None,
     eager_params: EagerParams | None = None,
-) -> tuple[RunRecord, Path]:
+) -> tuple[RunRecord, Path | None]:
     """Run every case, dtype and profile of `experiment` on `device`; write and return the record and its path.
+
+    With `records_dir` None the record is returned unwritten (path None): a worker of a cluster run
+    (lab.measure.cluster) hands it to the driver, which alone writes records.
 
     With `profiling`, the finished timed run is profiled under Nsight Compute before the record is written
     (lab.measure.profiling.profile_record, which never raises: a profiler that is missing or fails leaves its
@@ -374,4 +377,4 @@ def run_experiment(
             torch.cuda.empty_cache()  # hand the timed run's cached blocks back: the profiler's process needs room
 
         record = profile_record(experiment, record, profiling, device=device, root=root, say=say)
-    return record, write_record(record, records_dir)
+    return record, (write_record(record, records_dir) if records_dir is not None else None)

@@ -242,7 +242,9 @@ def history(evidence: Evidence, slug: str) -> dict:
             counts = word_counts(points) or fmt.DASH
             states.append({"clock": clock, "state": state, "counts": counts,
                            "badge": badges.badge(state, f"{run.run_id}: {counts}") if state else fmt.DASH})
-        rows.append({**run_ref(run, evidence.gpu_labels[run.gpu_key]), "gpu_key": run.gpu_key, "states": states,
+        host = run.environment.get("host")  # runs from several hosts of one model, told apart
+        label = evidence.gpu_labels[run.gpu_key] + (f" on {host}" if host else "")
+        rows.append({**run_ref(run, label), "gpu_key": run.gpu_key, "states": states,
                      "status": status, "points": len(run.points)})
     strips = []
     for key in sorted({r["gpu_key"] for r in rows}):
@@ -253,6 +255,6 @@ def history(evidence: Evidence, slug: str) -> dict:
                                  f"{r['states'][i]['state']} · {r['states'][i]['counts']}")
                      for r in mine if r["states"][i]["state"]]
             if ticks:
-                strips.append({"gpu": mine[-1]["gpu"], "clock": CLOCK_NAMES[clock], "runs": len(ticks),
+                strips.append({"gpu": evidence.gpu_labels[key], "clock": CLOCK_NAMES[clock], "runs": len(ticks),
                                "html": f'<span class="kl-strip">{"".join(ticks)}</span>'})
     return {"rows": rows, "strips": strips, "clocks": [CLOCK_NAMES[c] for c in clocks]}

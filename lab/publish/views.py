@@ -198,6 +198,9 @@ def _run_facts(run: RunRecord, gpu_label: str) -> dict:
         device.append(f"SM clock {smi['sm_clock_mhz']} MHz at start (max {smi.get('max_sm_clock_mhz', fmt.DASH)})")
     if smi.get("memory_clock_mhz"):
         device.append(f"memory clock {smi['memory_clock_mhz']} MHz")
+    if env.get("host"):
+        gpu_ids = (env.get("worker") or {}).get("gpu_ids", ())
+        device.append(f"host {env['host']}" + "".join(f", GPU {i}" for i in gpu_ids))
     return {
         **overview.run_ref(run, gpu_label),
         "started": run.started_utc,

@@ -2,7 +2,8 @@
 
 * lab.measure — on the GPU: timing (lab.measure.timing), a run of one experiment into one record
   (lab.measure.runner, with its inputs and checks in lab.measure.inputs), the environment it ran on, and the
-  Nsight Compute facts (lab.measure.profiling, lab.measure.ncu, lab.measure.profile_driver).
+  Nsight Compute facts (lab.measure.profiling, lab.measure.ncu, lab.measure.profile_driver); runs spread
+  over many GPUs, one worker per GPU, through Ray (lab.measure.cluster, lab.measure.dispatch).
 * lab.evidence — the records themselves: their schema (lab.evidence.records), the store that writes and
   reads them (lab.evidence.store), source hashes, statistics and verdicts.
 * lab.publish — the site: evidence collected and judged (lab.publish.collect), the view models the templates

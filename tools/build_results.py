@@ -18,9 +18,18 @@ Without CUDA nothing is run: the pages are rendered from the recorded runs (one 
 Profiling never fails a run: without ncu, or when ncu cannot read the GPU's counters, the timed record is
 written with the reason in its profiling block (lab.measure.profiling).
 
+    python tools/build_results.py --cluster [ADDRESS] [--run] [SLUG ...]
+                                                   the same, spread over every GPU that Ray offers: embedded
+                                                   on this machine (one worker per local GPU), or the
+                                                   cluster at ADDRESS (HOST:PORT, or $RAY_ADDRESS); each
+                                                   (experiment, GPU model) pair runs once, one experiment per
+                                                   GPU at a time; needs the extra: pip install -e '.[cluster]'
+
 Exit codes: 0 done; 1 a run failed outside the per-profile isolation (the records of completed runs are
-kept); 2 bad arguments, an unknown slug, or --run/--all without CUDA; 3 with --strict, some record files
-were skipped as invalid (the pages were still rendered from the rest).
+kept); 2 bad arguments, an unknown slug, --run/--all without CUDA, or --cluster without Ray or without a
+cluster that answers; 3 with --strict, some record files were skipped as invalid (the pages were still
+rendered from the rest); 130 a cluster run stopped by Ctrl-C (the records that landed are kept, nothing
+is rendered).
 """
 
 from __future__ import annotations
@@ -44,14 +53,15 @@ from lab.publish.render import render_outputs, write_outputs  # noqa: E402
 from lab.evidence.verdict import STALE  # noqa: E402
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="build_results.py",
         description="Run experiments whose evidence for this GPU is missing or stale, then render docs/.",
-        epilog="Exit codes: 0 done; 1 a run failed; 2 usage error or --run without CUDA; "
-               "3 invalid records skipped (with --strict).",
+        epilog="Exit codes: 0 done; 1 a run failed; 2 usage error, --run without CUDA, --cluster without Ray or "
+               "a cluster; 3 invalid records skipped (with --strict); 130 a cluster run stopped by Ctrl-C.",
     )
     parser.add_argument("slugs", nargs="*", help="experiments to consider (default: all declared)")
     mode = parser.add_mutually_exclusive_group()
@@ -64,6 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="CUDA device to run on (default: cuda)")
     parser.add_argument("--strict", action="store_true", help="exit 3 when any record file is invalid")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--cluster", nargs="?", const="", metavar="ADDRESS",
+                        help="spread the runs over Ray workers, one per GPU: embedded on this machine, or the "
+                             "cluster at ADDRESS (HOST:PORT; default $RAY_ADDRESS); needs pip install -e '.[cluster]'")
     profiling = parser.add_argument_group(
         "profiling", "Nsight Compute facts per point, taken after the timed run in a separate process")
     profiling.add_argument("--with-profiling", action="store_true",
@@ -104,6 +117,11 @@ def profiling_request(args: argparse.Namespace, experiments, selected) -> Profil
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.cluster is not None:
+        problem = cluster_usage(args)
+        if problem:
+            print(f"build_results: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     experiments = all_experiments()
     unknown = [s for s in args.slugs if s not in experiments]
     if unknown:
@@ -127,6 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         return list_experiments(evidence(), selected)
 
+    if args.cluster is not None:  # the GPUs are the workers': this machine needs none
+        status = run_on_cluster(experiments, selected, evidence(report=False), force=args.run or args.all,
+                                args=args, profiling=profiling)
+        if status in (EXIT_USAGE, EXIT_INTERRUPTED):  # no cluster to run on, or stopped: nothing rendered
+            return status
+        return finish(args, evidence(), status)
+
     has_cuda = torch.cuda.is_available()
     if (args.run or args.all) and not has_cuda:
         print("build_results: --run/--all need a CUDA GPU and none is available here; "
@@ -142,13 +167,28 @@ def main(argv: list[str] | None = None) -> int:
         status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all, args=args,
                             profiling=profiling)
 
-    found = evidence()
+    return finish(args, evidence(), status)
+
+
+def finish(args: argparse.Namespace, found, status: int) -> int:
+    """Render the pages from every recorded run; the exit status."""
     report = write_outputs(render_outputs(found), args.docs_dir)
     print(f"build_results: rendered {len(report.written)} changed, {len(report.unchanged)} unchanged, "
           f"{len(report.removed)} removed file(s) under {args.docs_dir}")
     if status == EXIT_OK and args.strict and found.problems:
         return EXIT_INVALID_RECORDS
     return status
+
+
+def why_run(found, slug: str, key: str, force: bool) -> str | None:
+    """Why `slug` runs on GPU model `key` ("forced", "stale", "no evidence on this GPU"); None: its evidence
+    there is fresh."""
+    verdict = found.verdicts[slug].get(key)
+    if force:
+        return "forced"
+    if verdict is None:
+        return "no evidence on this GPU"
+    return "stale" if verdict.state == STALE else None
 
 
 def run_needed(experiments, selected, found, *, force: bool, args, profiling: ProfilingRequest | None = None) -> int:
@@ -159,11 +199,10 @@ def run_needed(experiments, selected, found, *, force: bool, args, profiling: Pr
     key = gpu_key(torch.cuda.get_device_name(torch.device(args.device)))
     status = EXIT_OK
     for slug in selected:
-        verdict = found.verdicts[slug].get(key)
-        if not force and verdict is not None and verdict.state != STALE:
-            print(f"build_results: {slug}: evidence on {key} is fresh ({verdict.state}); not running")
+        why = why_run(found, slug, key, force)
+        if why is None:
+            print(f"build_results: {slug}: evidence on {key} is fresh ({found.verdicts[slug][key].state}); not running")
             continue
-        why = "forced" if force else ("stale" if verdict is not None else "no evidence on this GPU")
         print(f"build_results: {slug}: running on {key} ({why})")
         try:
             _, path = run_experiment(experiments[slug], device=args.device, records_dir=args.records_dir,
@@ -175,6 +214,61 @@ def run_needed(experiments, selected, found, *, force: bool, args, profiling: Pr
             continue
         print(f"build_results: {slug}: wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return status
+
+
+def cluster_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with a --cluster command line (None: nothing); `--cluster SLUG` is read as a slug."""
+    from lab.measure.cluster import ClusterError, import_ray, looks_like_address
+
+    if args.cluster and not looks_like_address(args.cluster):
+        args.slugs.insert(0, args.cluster)
+        args.cluster = ""
+    if args.render_only or args.list:
+        return "--cluster runs experiments; --render-only and --list run nothing"
+    if args.device not in ("cuda", "cpu"):
+        return (f"--device {args.device}: with --cluster every worker runs on the GPU Ray gave it; accepted: cuda "
+                f"(or cpu, through Triton's interpreter with TRITON_INTERPRET=1, to check the machinery)")
+    try:
+        import_ray()
+    except ClusterError as exc:
+        return str(exc)
+    return None
+
+
+def run_on_cluster(experiments, selected, found, *, force: bool, args, profiling: ProfilingRequest | None) -> int:
+    """Run each selected experiment on each GPU model of the cluster where its evidence is missing or stale
+    (all of them if forced); the records land in args.records_dir, written here."""
+    from tqdm.auto import tqdm
+
+    from lab.measure import cluster
+    from lab.measure.environment import command_line, git_state
+
+    def why(slug: str, key: str) -> str | None:
+        reason = why_run(found, slug, key, force)
+        if reason is None:
+            print(f"build_results: {slug}: evidence on {key} is fresh ({found.verdicts[slug][key].state}); not running")
+        return reason
+
+    try:
+        outcome = cluster.run_on_cluster(
+            experiments, selected, why, address=cluster.resolve_address(args.cluster), device=args.device,
+            records_dir=args.records_dir, provenance={"command": command_line(ROOT), "git": git_state(ROOT)},
+            profiling=profiling, progress=not args.no_progress, say=lambda m: tqdm.write(f"build_results: {m}"))
+    except cluster.ClusterError as exc:
+        print(f"build_results: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("build_results: interrupted before any experiment ran", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"build_results: cluster: {len(outcome.written)} record(s) written, {len(outcome.failed)} failed, "
+          f"{len(outcome.cancelled)} cancelled")
+    for task, why_failed in outcome.failed:
+        print(f"build_results: failed: {task}: {why_failed}", file=sys.stderr)
+    for task in outcome.cancelled:
+        print(f"build_results: cancelled: {task}", file=sys.stderr)
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_RUN_FAILED if outcome.failed else EXIT_OK
 
 
 def list_experiments(found, selected) -> int:

@@ -29,3 +29,23 @@ def gen() -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(20261122)
     return g
+
+
+
+# Under `-n N`, the tests of this module share one worker process, so one embedded Ray serves them all.
+ONE_PROCESS = "tests/test_lab_cluster.py"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's default "load" scheduling, except that ONE_PROCESS's tests travel together (xdist's
+    loadscope with every other test a scope of its own)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TogetherScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return ONE_PROCESS if nodeid.startswith(f"{ONE_PROCESS}::") else nodeid
+
+    return TogetherScheduling(config, log)

@@ -23,6 +23,7 @@ FIXTURE_RECORDS = Path(__file__).parent / "fixtures" / "lab" / "records"
 
 
 def _dirs(tmp_path):
+    (tmp_path / "records").mkdir(exist_ok=True)
     return ["--records-dir", str(tmp_path / "records"), "--docs-dir", str(tmp_path / "docs")]
 
 
@@ -71,10 +72,11 @@ def test_list_shows_slugs_titles_and_verdicts(tmp_path, capsys):
 def test_invalid_records_are_reported_and_strict_mode_exits_3(tmp_path, capsys):
     bad = tmp_path / "records" / "softmax-row-fusion" / "20260101T000000Z-nvidia-x-000000.json"
     bad.parent.mkdir(parents=True)
+    dirs = _dirs(tmp_path)
     bad.write_text("{", encoding="utf-8")
-    assert build_results.main(["--render-only", *_dirs(tmp_path)]) == 0
+    assert build_results.main(["--render-only", *dirs]) == 0
     assert f"skipped {bad}: not valid JSON" in capsys.readouterr().err
-    assert build_results.main(["--render-only", "--strict", *_dirs(tmp_path)]) == 3
+    assert build_results.main(["--render-only", "--strict", *dirs]) == 3
 
 
 def test_records_of_undeclared_experiments_are_reported(tmp_path, capsys):

@@ -194,6 +194,7 @@ def test_commands_are_shown_as_a_reader_runs_them():
 
 
 def test_no_records_at_all_still_gives_every_page(tmp_path):
+    (tmp_path / "none").mkdir()
     outputs = render_outputs(_evidence(tmp_path / "none"))
     assert not [rel for rel in outputs if rel.endswith(".svg")]
     expected = {"experiments/index.md", "decisions/index.md", "generated/verdicts.md", "generated/environment.md",

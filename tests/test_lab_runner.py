@@ -83,7 +83,7 @@ def test_run_records_every_status_and_renders_the_evidence_note(tmp_path):
     experiment = tiny_experiment()
     record, path = run_experiment(experiment, device=DEVICE, records_dir=tmp_path, params=FEW, progress=False)
 
-    assert path == tmp_path / experiment.slug / f"{record.run_id}.json"
+    assert path == tmp_path / experiment.slug / f"{record.run_id}.json.gz"
     (loaded,), problems = load_records(tmp_path)
     assert problems == [] and loaded == record
     assert record.evidence == (GPU_EVIDENCE if HAS_CUDA else CPU_EVIDENCE)

@@ -47,10 +47,11 @@ import torch  # noqa: E402
 from experiments import all_experiments  # noqa: E402
 from experiments.decisions import DECISIONS  # noqa: E402
 from lab.evidence.hashing import source_hashes  # noqa: E402
+from lab.evidence.store import RecordsFolderError  # noqa: E402
+from lab.evidence.verdict import STALE  # noqa: E402
 from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
 from lab.publish.render import render_outputs, write_outputs  # noqa: E402
-from lab.evidence.verdict import STALE  # noqa: E402
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
@@ -142,36 +143,39 @@ def main(argv: list[str] | None = None) -> int:
             print(f"build_results: skipped {problem}", file=sys.stderr)
         return found
 
-    if args.list:
-        return list_experiments(evidence(), selected)
-
-    if args.cluster is not None:  # the GPUs are the workers': this machine needs none
-        status = run_on_cluster(experiments, selected, evidence(report=False), force=args.run or args.all,
-                                args=args, profiling=profiling)
-        if status in (EXIT_USAGE, EXIT_INTERRUPTED):  # no cluster to run on, or stopped: nothing rendered
-            return status
-        return finish(args, evidence(), status)
-
     has_cuda = torch.cuda.is_available()
-    if (args.run or args.all) and not has_cuda:
+    if args.cluster is None and (args.run or args.all) and not has_cuda:
         print("build_results: --run/--all need a CUDA GPU and none is available here; "
               "use --render-only to render from the recorded runs", file=sys.stderr)
         return EXIT_USAGE
+    running = args.cluster is None and has_cuda and not (args.render_only or args.list)
+    if running or args.cluster is not None:
+        args.records_dir.mkdir(parents=True, exist_ok=True)  # the first run makes the first record
 
-    status = EXIT_OK
-    if args.render_only:
-        pass
-    elif not has_cuda:
-        print("build_results: no CUDA GPU here: rendering from the recorded runs only")
-    else:
-        status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all, args=args,
-                            profiling=profiling)
-
-    return finish(args, evidence(), status)
+    try:
+        if args.list:
+            return list_experiments(evidence(), selected)
+        if args.cluster is not None:  # the GPUs are the workers': this machine needs none
+            status = run_on_cluster(experiments, selected, evidence(report=False), force=args.run or args.all,
+                                    args=args, profiling=profiling)
+            if status in (EXIT_USAGE, EXIT_INTERRUPTED):  # no cluster to run on, or stopped: nothing rendered
+                return status
+            return finish(args, evidence(), status)
+        status = EXIT_OK
+        if running:
+            status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all,
+                                args=args, profiling=profiling)
+        elif not args.render_only:
+            print("build_results: no CUDA GPU here: rendering from the recorded runs only")
+        return finish(args, evidence(), status)
+    except RecordsFolderError as exc:
+        print(f"build_results: {exc}; nothing was rendered (--records-dir names the folder of run records)",
+              file=sys.stderr)
+        return EXIT_USAGE
 
 
 def finish(args: argparse.Namespace, found, status: int) -> int:
-    """Render the pages from every recorded run; the exit status."""
+    """Render the pages from every recorded run; the exit status, given the runs' `status`."""
     report = write_outputs(render_outputs(found), args.docs_dir)
     print(f"build_results: rendered {len(report.written)} changed, {len(report.unchanged)} unchanged, "
           f"{len(report.removed)} removed file(s) under {args.docs_dir}")

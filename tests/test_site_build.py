@@ -228,6 +228,24 @@ def test_records_are_published_at_their_own_path(tmp_path):
     assert f.url == "records/softmax-x/20261101T000000Z-abc.json"
 
 
+def test_compressed_records_are_published_as_plain_json_at_the_same_link(tmp_path):
+    import gzip
+
+    from mkdocs.structure.files import Files
+
+    (tmp_path / "records" / "softmax-x").mkdir(parents=True)
+    text = '{"schema_version": 1}\n'
+    (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json.gz").write_bytes(gzip.compress(text.encode()))
+    config = _config(tmp_path)
+    (f,) = hooks.on_files(Files([]), config=config)
+    assert f.src_uri == f.dest_uri == "records/softmax-x/20261101T000000Z-abc.json"
+    f.copy_file()
+    assert Path(f.abs_dest_path).read_text() == text
+    (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json").write_text(text)
+    with pytest.raises(Exception, match="would both be published"):
+        hooks.on_files(Files([]), config=config)
+
+
 def test_a_docs_file_shadowing_a_record_is_refused(tmp_path):
     from mkdocs.exceptions import PluginError
     from mkdocs.structure.files import File, Files

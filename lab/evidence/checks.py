@@ -33,7 +33,7 @@ MAX_INT = 1 << 62
 # Times in ms: from a picosecond to a day, so that every ratio and plot drawn from them stays finite.
 MIN_MS, MAX_MS = 1e-9, 86_400_000.0
 MAX_FIGURE = 1e12  # GB/s, TFLOP/s, percentages, relative errors, profiler totals
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # line breaks included; a tab reads as a space
 
 
 class RecordError(ValueError):

@@ -369,7 +369,15 @@ def test_duplicate_run_ids_and_misplaced_files_are_named(lab, capsys):
     assert "is also the run id of" in named[f"{BASE['run_id']}.json"]
     assert "is also the run id of" in named[f"{BASE['run_id']}.json.gz"]
     assert named["stray.json"].startswith("not in an experiment's folder")
-    assert named["nested"].startswith("not a record file") and named["README.txt"].startswith("not a record file")
+    assert named["nested"].startswith("not a plain file") and named["README.txt"].startswith("not a record file")
+
+
+def test_a_linked_record_is_not_followed(lab):
+    outside = put(lab / "elsewhere", base("20990101T000000Z-nvidia-h200-link01"))
+    (lab / "records" / SLUG / outside.name).symlink_to(outside)
+    records, problems = load_records(lab / "records")
+    assert [r.run_id for r in records] == [BASE["run_id"]]
+    assert [(p.path.name, p.problem.split(" (")[0]) for p in problems] == [(outside.name, "not a plain file")]
 
 
 def test_an_interrupted_render_leaves_no_temporary_file_and_the_next_sweeps_old_ones(lab, monkeypatch):

@@ -5,6 +5,8 @@
 * Publishes every run record under records/ (repository root) at the same path in the site,
   records/<slug>/<run-id>.json, so generated pages link the raw data and `--strict` checks those links; a
   record stored compressed (<run-id>.json.gz) is published decompressed, as the plain JSON a browser shows.
+  Nothing else there is published: another file, or one behind a symbolic link, is left out with a warning
+  (which fails a --strict build).
   `mkdocs serve` watches records/ as soon as it exists.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
@@ -19,6 +21,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +35,10 @@ from mkdocs.structure.pages import Page
 log = logging.getLogger("mkdocs.hooks.kernel_lab")
 
 RECORDS_DIR = "records"
+# <slug>/<run-id>.json or .json.gz, with the names lab.evidence.checks accepts: nothing else under records/
+# (an .html, an .svg) is ever published, whatever a folder of records holds.
+_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
+RECORD_NAME = re.compile(rf"{_NAME}/[0-9]{{8}}T[0-9]{{6}}Z-{_NAME}\.json(?:\.gz)?")
 # Navigation sections filled from the folder their index page lives in.
 LISTED_SECTIONS = ("experiments", "decisions")
 # What the evidence pages are rendered from; a change to any of them re-renders under `mkdocs serve`.
@@ -154,6 +161,13 @@ def record_files(root: Path, config) -> list[File]:
     for path in sorted(base.rglob("*")):
         # hidden names are editor and OS droppings, or a record still being written, never records
         if not path.is_file() or any(part.startswith(".") for part in path.relative_to(base).parts):
+            continue
+        parts = path.relative_to(base).parts
+        if any((base / Path(*parts[:i])).is_symlink() for i in range(1, len(parts) + 1)):
+            log.warning(f"{path} lies behind a symbolic link: not published (a link could point anywhere)")
+            continue
+        if not RECORD_NAME.fullmatch("/".join(parts)):
+            log.warning(f"{path} is not a run record (records/<slug>/<run-id>.json.gz): not published")
             continue
         uri = path.relative_to(root).as_posix()
         kind = CompressedRecord if uri.endswith(".json.gz") else File

@@ -215,7 +215,8 @@ def load_records(records_dir: Path) -> tuple[list[RunRecord], list[RecordProblem
 
     Hidden names (a record still being written, editor droppings) are passed over. Problems: a file that
     is not a valid record; a file or folder where records do not lie (records_dir/x.json, a folder inside
-    an experiment's folder); an experiment folder that cannot be read; run ids that two files share (every
+    an experiment's folder); a symbolic link (it could point anywhere); an experiment folder that cannot be
+    read; run ids that two files share (every
     file of the id is skipped: which one is genuine cannot be told). Records come back sorted by
     (experiment, started_utc, run_id). Raises RecordsFolderError when records_dir is missing, is not a
     folder or cannot be read.
@@ -233,7 +234,7 @@ def load_records(records_dir: Path) -> tuple[list[RunRecord], list[RecordProblem
     problems: list[RecordProblem] = []
     for folder in top:
         path = Path(folder.path)
-        if not folder.is_dir():
+        if folder.is_symlink() or not folder.is_dir():
             problems.append(RecordProblem(path, "not in an experiment's folder; records lie at "
                                                 "records/<slug>/<run-id>.json.gz"))
             continue
@@ -245,7 +246,11 @@ def load_records(records_dir: Path) -> tuple[list[RunRecord], list[RecordProblem
             continue
         for entry in files:
             file = Path(entry.path)
-            if entry.is_dir() or run_id_of(file) is None:
+            if entry.is_symlink() or not entry.is_file():
+                problems.append(RecordProblem(file, "not a plain file (a folder, a link or a device); records "
+                                                    "are files at records/<slug>/<run-id>.json.gz"))
+                continue
+            if run_id_of(file) is None:
                 problems.append(RecordProblem(file, "not a record file; records lie at "
                                                     "records/<slug>/<run-id>.json.gz"))
                 continue

@@ -60,7 +60,7 @@ HOSTILE = [
     "JaVaScRiPt:alert(1)",
 ]
 BENIGN = ["NVIDIA H100 80GB HBM3", "580.159.04", "single-block holds a row in registers: N <= 131072",
-          "Liger refuses N > 65536", "interval [0.996, 1.012] neither clears 1 nor lies below 1", "a_b ~ d^2",
+          "Liger refuses N > 65536", "interval [0.996, 1.012] neither clears 1 nor lies below 1", "a_b ~ d^2 kernels/_launch.py",
           "tools/build_results.py --run softmax-row-fusion --records-dir /tmp/rec", "torch.compile", "A & B",
           "2.11.0+cu130", "relative error 1.37 exceeds the tolerance 1e-05", "x < 3 and y = 4", "it's \"quoted\""]
 
@@ -98,7 +98,7 @@ def test_benign_text_comes_out_unchanged(text):
     ("a\nb\r\nc\u2028d", "a b c d"),
     ("--8<-- 'x'", "--8&lt;-- 'x'"),
     ("javascript:x", "javascript\u200b:x"),
-    ("*x* _y_ a_b", "\\*x\\* \\_y\\_ a_b"),
+    ("*x* a_b", "\\*x\\* a_b"),
     ("\x00\x02", "\ufffd\ufffd"),
     ("ends]", "ends\\]"),
 ])

@@ -130,7 +130,7 @@ CASES = {
                              "record.environment.gpu_key: expected a name of lower-case letters"),
     "a traversing dtype": (lambda d: [p.update(dtype="w/../logo") for p in d["points"]],
                            r"points\[0\].dtype: expected a name"),
-    "a pipe in a case name": (lambda d: d["points"][0].update(case="a|b"), r"points\[0\].case: expected a name"),
+    "a pipe in a case name": (lambda d: d["points"][0].update(case="a|b"), r"points\[0\].case: expected a case name"),
     "markup in a profile name": (lambda d: d["points"][0]["results"].update({"<b>x</b>": at(d, OK)}),
                                  r"results key: expected a name"),
     "a doubled dash in a GPU key": (lambda d: d["environment"].update(gpu_key="nvidia--h200"), "gpu_key"),
@@ -424,12 +424,15 @@ def test_two_writers_of_one_record_cannot_both_win(lab, monkeypatch):
 def test_declared_names_follow_the_record_name_pattern():
     """What the runner writes must pass what the loader checks: declared slugs, case and profile names."""
     from experiments import all_experiments
-    from lab.evidence.checks import IDENTIFIER
+    from lab.evidence.checks import CASE, DIMENSION, IDENTIFIER, SOURCE_PATH
+    from lab.evidence.hashing import source_files
 
     for slug, experiment in all_experiments().items():
-        names = [slug, *(c.name for c in experiment.cases), *(p.name for p in experiment.profiles),
-                 *(str(d).removeprefix("torch.") for d in experiment.dtypes)]
+        names = [slug, *(p.name for p in experiment.profiles), *(str(d).removeprefix("torch.") for d in experiment.dtypes)]
         assert [n for n in names if not IDENTIFIER.fullmatch(n)] == [], slug
+        assert [c.name for c in experiment.cases if not CASE.fullmatch(c.name)] == [], slug
+        assert [d for c in experiment.cases for d in c.shape if not DIMENSION.fullmatch(d)] == [], slug
+        assert [p for p in source_files(experiment, REPO_ROOT) if not SOURCE_PATH.fullmatch(p)] == [], slug
 
 
 def test_every_schema_table_names_exactly_its_dataclass_fields():

@@ -220,6 +220,8 @@ def test_compile_limits_cover_every_point_of_every_run_in_one_process():
     (lambda e: {"profiles": e.profiles + e.profiles[:1]}, "profile names repeat: torch"),
     (lambda e: {"dtypes": (torch.float32, torch.float64)}, "no tolerance for dtype(s) float64"),
     (lambda e: {"cases": ()}, "at least one case"),
+    (lambda e: {"slug": "Tiny/../x"}, "names a run record refuses: 'Tiny/../x'"),
+    (lambda e: {"cases": (Case("a b", {"M": 2, "N": 8}),)}, "names a run record refuses: 'a b'"),
 ])
 def test_a_declaration_that_cannot_run_is_refused_before_anything_runs(tmp_path, change, message):
     experiment = tiny_experiment()

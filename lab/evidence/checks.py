@@ -23,6 +23,7 @@ Check = Callable[[Any, str], Any]
 IDENTIFIER = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*")
 IDENTIFIER_TEXT = "lower-case letters and digits joined by single '.', '_' or '-'"
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}Z-" + IDENTIFIER.pattern)
+CASE = re.compile(r"[a-z0-9]+(?:[._+-][a-z0-9]+)*")  # a case name names no file, so "fwd+bwd-1x1024" may be one
 UTC_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 DIMENSION = re.compile(r"[A-Za-z][A-Za-z0-9_]*")  # a shape's dimension names: M, N, K
 SOURCE_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")  # no '..', no '/x'
@@ -109,6 +110,7 @@ def matching(pattern: re.Pattern, what: str, max_length: int = MAX_NAME) -> Chec
 
 
 identifier = matching(IDENTIFIER, f"a name of {IDENTIFIER_TEXT}")
+case_name = matching(CASE, "a case name of lower-case letters and digits joined by single '.', '_', '+' or '-'")
 run_id = matching(RUN_ID, f"a run id <yyyymmddThhmmssZ>-<{IDENTIFIER_TEXT}>")
 utc_time = matching(UTC_TIME, "a UTC time yyyy-mm-ddThh:mm:ssZ")
 dimension = matching(DIMENSION, "a dimension name (a letter, then letters, digits or '_')")

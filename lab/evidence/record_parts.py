@@ -14,6 +14,7 @@ from lab.evidence.checks import (
     Absent,
     RecordError,
     boolean,
+    case_name,
     fields,
     identifier,
     integer,
@@ -107,7 +108,7 @@ SELECTION = fields({
     "rule": Absent(optional(short_text)),
     "max_points": Absent(optional(integer())),
     "profiles": Absent(optional(list_of(identifier, max_length=1000))),
-    "points": Absent(list_of(fields({"case": identifier, "dtype": identifier}), max_length=100_000)),
+    "points": Absent(list_of(fields({"case": case_name, "dtype": identifier}), max_length=100_000)),
 }, extra=json_value())
 RUN_PROFILING = fields({
     "error": optional(text()),

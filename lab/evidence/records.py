@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.evidence.checks import (MAX_MS, Absent, RecordError, dimension, fields, got, identifier, integer, list_of,
-                                 mapping, number, one_of, optional, run_id, text, time_ms, utc_time)
+from lab.evidence.checks import (MAX_MS, Absent, RecordError, case_name, dimension, fields, got, identifier, integer,
+                                 list_of, mapping, number, one_of, optional, run_id, text, time_ms, utc_time)
 from lab.evidence.record_parts import (ENVIRONMENT, GIT, HASHES, MAX_SAMPLES, figure, plan, point_profiling,
                                        run_profiling, samples_ms, short_text)
 
@@ -195,8 +195,8 @@ class Point:
 
 
 POINT_FIELDS = fields({
-    "case": identifier,
-    "shape": mapping(dimension, integer(1, 1 << 48), max_length=16),
+    "case": case_name,
+    "shape": mapping(dimension, integer(0, 1 << 48), max_length=16),
     "dtype": identifier,
     "bytes_moved": integer(1),
     "flops": optional(integer()),

@@ -7,11 +7,12 @@ lab.publish.render): every `{{ value }}` goes through `md`, which leaves text re
 * no HTML: `<` starts no tag, comment or autolink (escaped unless a space, '=' or a digit follows, so
   "N <= 4096" stays as it is); `&` names no entity;
 * no Markdown that could pull anything in or link anywhere: backticks, braces (attribute lists), pipes
-  (table cells), backslashes and dollars (math), asterisks and word-edge underscores (emphasis) are escaped,
-  and so is a `]` that a link target could follow (before `(`, `[` or the end of the value; "[0.98, 1.02]
-  wide" stays as it is); typography that only restyles (pymdownx's smart symbols, ~~, ^^, ==, ++) is left;
-  pymdownx.snippets' `--8<--` cannot form (its `<` is escaped); line breaks become spaces, so no value
+  (table cells), backslashes and dollars (math) and asterisks (emphasis) are escaped, and so is a `]` that
+  a link target could follow (before `(`, `[` or the end of the value; "[0.98, 1.02] wide" stays as it
+  is); pymdownx.snippets' `--8<--` cannot form (its `<` is escaped); line breaks become spaces, so no value
   starts a block of its own; `javascript:` gets a zero-width break;
+* what can only restyle text is left alone: _underscores_ (paths such as kernels/_launch.py are full of
+  them) and pymdownx's smart symbols, ~~, ^^, ==, ++;
 * text without any of these characters comes out unchanged, so escaping costs a benign page nothing.
 
 What is already safe is an `Md` (or any markupsafe Markup): the project's own text (declarations, fixed
@@ -50,7 +51,6 @@ _TEXT = re.compile(r"""
   | (?P<amp>&(?=\#?[A-Za-z0-9]+;))         # an entity
   | (?P<entity>[`\\$])                     # code spans, escapes, math
   | (?P<backslash>[{}|*]                   # attribute lists, table cells, emphasis
-      | (?<!\w)_|_(?!\w)                     # emphasis (snake_case stays as it is)
       | \](?=\s?[(\[]|$)                     # a link's or an image's text closing before its target
       | \[(?=\^))                           # a footnote
   | (?P<scheme>(?i:javascript|vbscript)(?=:))

@@ -421,6 +421,16 @@ def test_two_writers_of_one_record_cannot_both_win(lab, monkeypatch):
     assert not list((target / SLUG).glob(".*.tmp"))
 
 
+def test_a_record_that_would_not_read_back_is_set_aside_not_lost(lab):
+    record = load_record(BASE_FILE)
+    bad = record.__class__(**{**record.__dict__, "environment": {**record.environment, "gpu_key": "Bad Key"}})
+    with pytest.raises(RecordError, match=r"would not read back \(record.environment.gpu_key: .*kept in"):
+        write_record(bad, lab / "out")
+    (kept,) = (lab / "out" / ".rejected").iterdir()
+    assert read_json(kept)["environment"]["gpu_key"] == "Bad Key"
+    assert load_records(lab / "out") == ([], []), "a set-aside record is never loaded"
+
+
 def test_declared_names_follow_the_record_name_pattern():
     """What the runner writes must pass what the loader checks: declared slugs, case and profile names."""
     from experiments import all_experiments

@@ -16,6 +16,7 @@ import errno
 import gzip
 import json
 import os
+import re
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -81,10 +82,16 @@ def write_record(record: RunRecord, records_dir: Path) -> Path:
     record's name, which fails when the name exists (so a crash, a Ctrl-C or a second writer leaves either
     no record or the complete one, never a partial or a replaced one); the temporary file is removed
     however the write ends. Raises FileExistsError rather than replace a record (in either form): run ids
-    are never reused.
+    are never reused. A record that would not pass validation raises RecordError, after keeping its text in
+    records/.rejected/ (hidden: never loaded, never published), so a long GPU run is never lost to a check.
     """
     text = record.to_json()
-    RunRecord.from_dict(json.loads(text))  # refuse to write what could not be read back
+    try:
+        RunRecord.from_dict(json.loads(text))  # refuse to write what could not be read back
+    except RecordError as exc:
+        kept = _set_aside(text, Path(records_dir), record.run_id)
+        raise RecordError(f"this run's record would not read back ({exc}); what was measured is kept in {kept}, "
+                          "which no page reads") from exc
     target = record_path(records_dir, record.experiment, record.run_id)
     for existing in (target, target.with_name(f"{record.run_id}.json")):
         if existing.exists():
@@ -103,6 +110,18 @@ def write_record(record: RunRecord, records_dir: Path) -> Path:
         Path(tmp).unlink(missing_ok=True)
     _fsync_directory(target.parent)
     return target
+
+
+def _set_aside(text: str, records_dir: Path, run_id: str) -> Path:
+    """Keep a record that fails validation where nothing reads it (records/.rejected/), so a GPU run is never
+    lost to a schema check; the name is made safe, and never replaces a file."""
+    folder = records_dir / ".rejected"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:100] + ".",
+                                suffix=SUFFIX)
+    with os.fdopen(fd, "wb") as out:
+        out.write(compress(text.encode("utf-8")))
+    return Path(name)
 
 
 def _link_exclusive(tmp: str, target: Path, data: bytes) -> None:

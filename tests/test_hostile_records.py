@@ -134,6 +134,8 @@ CASES = {
     "markup in a profile name": (lambda d: d["points"][0]["results"].update({"<b>x</b>": at(d, OK)}),
                                  r"results key: expected a name"),
     "a doubled dash in a GPU key": (lambda d: d["environment"].update(gpu_key="nvidia--h200"), "gpu_key"),
+    "a GPU key named like the speedup plots": (lambda d: d["environment"].update(gpu_key="speedup"),
+                                               "'speedup' is reserved"),
     "a two-line GPU name": (lambda d: d["environment"].update(gpu_name='x\n--8<-- ".git/config"'),
                             "gpu_name: expected one line of text"),
     "a source path out of the tree": (lambda d: d["hashes"].update({"../../etc/passwd": "0" * 64}),

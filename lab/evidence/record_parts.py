@@ -31,6 +31,9 @@ from lab.evidence.checks import (
 )
 
 MAX_SAMPLES = 10_000  # per profile and point: the bootstrap resamples each set 2,000 times
+# Plot files are <slug>--<gpu-key>--<dtype>.svg, and <slug>--speedup[-<clock>]--<dtype>.svg for the speedup plots:
+# a GPU key of that form would write over one.
+RESERVED_GPU_KEYS = re.compile(r"speedup(?:-.*)?")
 
 samples_ms = list_of(time_ms, max_length=MAX_SAMPLES)
 name_text = text(MAX_NAME, line=True)
@@ -55,8 +58,14 @@ def scalar(value: Any, where: str) -> Any:
     return any_number(value, where) if isinstance(value, (int, float)) else short_text(value, where)
 
 
+def gpu_key(value: Any, where: str) -> str:
+    if RESERVED_GPU_KEYS.fullmatch(identifier(value, where)):
+        raise RecordError(f"{where}: {value!r} is reserved (the speedup plots are named so)")
+    return value
+
+
 ENVIRONMENT = kept(fields({
-    "gpu_key": identifier,
+    "gpu_key": gpu_key,
     "gpu_name": text(200, line=True, empty=False),
     "nvidia_smi": Absent(optional(mapping(name_text, optional(scalar), max_length=100))),
     "memory_bytes": Absent(optional(integer())),

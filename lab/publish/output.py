@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Mapping
 
+from lab.evidence.record_parts import RESERVED_GPU_KEYS
 from lab.evidence.store import replace_text
 from lab.publish.views import GENERATED_DIRS, GENERATED_HEADER, PLOTS_DIR
 
@@ -114,13 +115,15 @@ def write_outputs(outputs: Mapping[str, str], docs_dir: Path) -> WriteReport:
 
 
 def _shown(plots) -> dict[str, set[str]]:
-    """experiment slug -> the GPU keys its page shows a run of, from plot paths <slug>--<gpu>--<dtype>.svg."""
+    """experiment slug -> the GPU keys its page shows a run of, from plot paths <slug>--<gpu>--<dtype>.svg (the
+    speedup plots, <slug>--speedup[-<clock>]--<dtype>.svg, name no GPU: a GPU key cannot be "speedup")."""
     shown: dict[str, set[str]] = {}
     for rel in plots:
         name = PurePosixPath(rel).name
         if PurePosixPath(rel).parent.as_posix() == PLOTS_DIR and name.endswith(".svg") and name.count("--") == 2:
             slug, gpu, _ = name[: -len(".svg")].split("--")
-            shown.setdefault(slug, set()).add(gpu)
+            if not RESERVED_GPU_KEYS.fullmatch(gpu):
+                shown.setdefault(slug, set()).add(gpu)
     return shown
 
 

@@ -144,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     hashes = {slug: source_hashes(e, ROOT) for slug, e in experiments.items()}
 
-    def evidence(report: bool = True):
-        found = collect_evidence(experiments, DECISIONS, args.records_dir, hashes)
+    def evidence(report: bool = True, before_runs: bool = False):
+        # Before runs, a records folder that does not exist yet holds no records (the runs make it); a render
+        # from a folder that is not there is an error, never "No evidence" everywhere.
+        found = collect_evidence(experiments, DECISIONS, args.records_dir, hashes, missing_ok=before_runs)
         for problem in found.problems if report else ():
             print(f"build_results: skipped {problem}", file=sys.stderr)
         return found
@@ -156,22 +158,22 @@ def main(argv: list[str] | None = None) -> int:
               "use --render-only to render from the recorded runs", file=sys.stderr)
         return EXIT_USAGE
     running = args.cluster is None and has_cuda and not (args.render_only or args.list)
-    if running or args.cluster is not None:
-        args.records_dir.mkdir(parents=True, exist_ok=True)  # the first run makes the first record
 
     try:
         if args.list:
             return list_experiments(evidence(), selected)
         if args.cluster is not None:  # the GPUs are the workers': this machine needs none
-            status = run_on_cluster(experiments, selected, evidence(report=False), force=args.run or args.all,
-                                    args=args, profiling=profiling)
+            status = run_on_cluster(experiments, selected, evidence(False, before_runs=True),
+                                    force=args.run or args.all, args=args, profiling=profiling)
             if status in (EXIT_USAGE, EXIT_INTERRUPTED):  # no cluster to run on, or stopped: nothing rendered
                 return status
+            args.records_dir.mkdir(parents=True, exist_ok=True)  # the runs may have had nothing to record
             return finish(args, evidence(), status)
         status = EXIT_OK
         if running:
-            status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all,
+            status = run_needed(experiments, selected, evidence(False, before_runs=True), force=args.run or args.all,
                                 args=args, profiling=profiling)
+            args.records_dir.mkdir(parents=True, exist_ok=True)
         elif not args.render_only:
             print("build_results: no CUDA GPU here: rendering from the recorded runs only")
         return finish(args, evidence(), status)

@@ -372,7 +372,7 @@ RECORD_FIELDS = fields({
     "evidence": one_of(GPU_EVIDENCE, CPU_EVIDENCE),
     "copy_ceiling": CopyCeiling.from_dict,
     "timing": TimingMethod.from_dict,
-    "points": list_of(Point.from_dict, min_length=1, max_length=100_000),
+    "points": list_of(Point.from_dict, max_length=100_000),
     "profiling": Absent(run_profiling),
     "eager": Absent(optional(EagerMethod.from_dict)),
 })

@@ -229,7 +229,7 @@ def _entries(folder: Path) -> list[os.DirEntry]:
         return sorted((e for e in found if not e.name.startswith(".")), key=lambda e: e.name)
 
 
-def load_records(records_dir: Path) -> tuple[list[RunRecord], list[RecordProblem]]:
+def load_records(records_dir: Path, *, missing_ok: bool = False) -> tuple[list[RunRecord], list[RecordProblem]]:
     """Every valid record under records_dir/<slug>/, and a problem for every other file found there.
 
     Hidden names (a record still being written, editor droppings) are passed over. Problems: a file that
@@ -237,10 +237,12 @@ def load_records(records_dir: Path) -> tuple[list[RunRecord], list[RecordProblem
     an experiment's folder); a symbolic link (it could point anywhere); an experiment folder that cannot be
     read; run ids that two files share (every
     file of the id is skipped: which one is genuine cannot be told). Records come back sorted by
-    (experiment, started_utc, run_id). Raises RecordsFolderError when records_dir is missing, is not a
-    folder or cannot be read.
+    (experiment, started_utc, run_id). Raises RecordsFolderError when records_dir is missing (unless
+    `missing_ok`: a store no run has written to yet), is not a folder or cannot be read.
     """
     root = Path(records_dir)
+    if missing_ok and not root.exists():
+        return [], []
     if not root.exists():
         raise RecordsFolderError(f"the records folder {root} does not exist")
     if not root.is_dir():

@@ -11,7 +11,7 @@
 
 Dependencies point one way: measure → evidence ← publish; publishing never imports measuring, so records,
 verdicts, plots and pages import and run on a CPU. Declared experiments (experiments/) go in; immutable run
-records (records/<slug>/<run-id>.json) and generated Markdown pages (docs/) come out. lab.adhoc is the
+records (records/<slug>/<run-id>.json.gz) and generated Markdown pages (docs/) come out. lab.adhoc is the
 console entry for a quick one-case table.
 """
 

@@ -11,13 +11,17 @@ the evidence pages come only from tools/build_results.py.
 With --device cpu (and TRITON_INTERPRET=1) the same path runs through Triton's interpreter; its table is
 labelled "cpu-interpreter: not performance evidence".
 
+A shape whose tensors cannot fit in the device's memory is refused before anything is allocated; a profile
+that fails is named with its whole message under the table.
+
 Exit codes: 0 every selected profile ran correctly (or was skipped with a reason); 1 some profile was
-incorrect or raised; 2 bad arguments or no device to run on.
+incorrect or raised; 2 bad arguments, no device to run on, or a shape too large for it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
@@ -51,6 +55,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--direction", choices=sorted(EXPERIMENT_BY_DIRECTION), default="forward")
     parser.add_argument("--list-backends", action="store_true", help="print the profile names and exit")
     return parser.parse_args(argv)
+
+
+# Bytes per element the check holds at once: input and output in the dtype, the float64 reference, and for
+# the backward the upstream gradient and the input gradient too.
+TENSORS_HELD = {"forward": 2, "backward": 4}
+
+
+def _memory_bytes(device: str) -> int | None:
+    """The memory the device has (the GPU's, or the host's for the CPU), None when it cannot be told."""
+    try:
+        if torch.device(device).type == "cuda":
+            index = torch.device(device).index
+            return torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index).total_memory
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+
+
+def _size_problem(args) -> str | None:
+    """Why --rows x --cols cannot be checked and timed on the device, or None."""
+    elements = args.rows * args.cols
+    needed = elements * (TENSORS_HELD[args.direction] * DTYPES[args.dtype].itemsize + 8)
+    have = _memory_bytes(args.device)
+    if have is not None and needed > have:
+        return (f"--rows {args.rows:,} x --cols {args.cols:,} is {elements:,} elements: its {args.direction} check "
+                f"holds about {needed / 2**30:,.1f} GiB ({args.dtype} tensors and a float64 reference), and "
+                f"{args.device} has {have / 2**30:,.1f} GiB; choose a smaller shape")
+    return None
 
 
 def _device_problem(device: str) -> str | None:
@@ -87,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmark-softmax: unknown backend(s) {', '.join(unknown) or '(none)'}; "
               f"accepted: all, {', '.join(names)}", file=sys.stderr)
         return 2
-    problem = _device_problem(args.device)
+    problem = _device_problem(args.device) or _size_problem(args)
     if problem:
         print(f"benchmark-softmax: {problem}", file=sys.stderr)
         return 2
@@ -133,10 +165,17 @@ def format_table(point, reference: str, device_name: str, ceiling_gbps: float, a
                      fmt.gbps(r.gbps), fmt.percent(r.pct_of_ceiling), speedup))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
-        cells = [row[0].ljust(widths[0]), row[1][:60].ljust(min(widths[1], 60))]
+        cells = [row[0].ljust(widths[0]), _clip(row[1]).ljust(min(widths[1], 60))]
         cells += [cell.rjust(width) for cell, width in zip(row[2:], widths[2:], strict=True)]
         lines.append("  ".join(cells).rstrip())
+    failed = [(name, r) for name, r in point.results.items() if r.status != "ok" and (r.reason or r.error)]
+    if any(len(r.status) + len(r.reason or r.error) + 2 > 60 for _, r in failed):
+        lines += ["", "in full:"] + [f"  {name}: {r.status}: {r.reason or r.error}" for name, r in failed]
     return "\n".join(lines)
+
+
+def _clip(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ FIXTURE_RECORDS = Path(__file__).parent / "fixtures" / "lab" / "records"
 
 
 def _dirs(tmp_path):
+    (tmp_path / "records").mkdir(exist_ok=True)
     return ["--records-dir", str(tmp_path / "records"), "--docs-dir", str(tmp_path / "docs")]
 
 
@@ -71,10 +72,11 @@ def test_list_shows_slugs_titles_and_verdicts(tmp_path, capsys):
 def test_invalid_records_are_reported_and_strict_mode_exits_3(tmp_path, capsys):
     bad = tmp_path / "records" / "softmax-row-fusion" / "20260101T000000Z-nvidia-x-000000.json"
     bad.parent.mkdir(parents=True)
+    dirs = _dirs(tmp_path)
     bad.write_text("{", encoding="utf-8")
-    assert build_results.main(["--render-only", *_dirs(tmp_path)]) == 0
+    assert build_results.main(["--render-only", *dirs]) == 0
     assert f"skipped {bad}: not valid JSON" in capsys.readouterr().err
-    assert build_results.main(["--render-only", "--strict", *_dirs(tmp_path)]) == 3
+    assert build_results.main(["--render-only", "--strict", *dirs]) == 3
 
 
 def test_records_of_undeclared_experiments_are_reported(tmp_path, capsys):
@@ -95,6 +97,29 @@ def test_adhoc_rejects_bad_sizes():
     with pytest.raises(SystemExit) as exit_info:
         adhoc.main(["--rows", "0"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.skipif(not interpreter_enabled(), reason="the CPU path runs through Triton's interpreter")
+def test_adhoc_refuses_a_shape_too_large_for_the_device_and_says_how_large(capsys):
+    assert adhoc.main(["--device", "cpu", "--rows", str(10**11), "--cols", str(10**5), "--dtype", "float32"]) == 2
+    err = capsys.readouterr().err
+    assert "--rows 100,000,000,000 x --cols 100,000 is 10,000,000,000,000,000 elements" in err
+    assert "GiB" in err and "choose a smaller shape" in err
+
+
+def test_adhoc_prints_a_long_failure_in_full_under_the_table():
+    from types import SimpleNamespace
+
+    from lab.evidence.records import Point, ProfileResult
+
+    message = "RuntimeError: " + "the whole reason, " * 12 + "end"
+    point = Point("c", {"M": 4, "N": 8}, "float32", 256, None, 1e-5, 1, None,
+                  {"torch.softmax": ProfileResult("ok", samples_ms=(1.0,), p20_ms=1.0, p50_ms=1.0, p80_ms=1.0),
+                   "triton-auto": ProfileResult("error", error=message)})
+    args = SimpleNamespace(direction="forward", rows=4, cols=8, dtype="float32")
+    table = adhoc.format_table(point, "torch.softmax", "CPU", 1.0, args, on_gpu=False)
+    assert f"  triton-auto: error: {message}" in table.splitlines()
+    assert any(line.startswith("triton-auto") and "…" in line for line in table.splitlines()), "clipped, visibly"
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the no-CUDA path")

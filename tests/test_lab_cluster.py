@@ -127,10 +127,10 @@ def test_the_plan_holds_each_pair_once_and_skips_fresh_evidence():
 
 
 @pytest.mark.parametrize("change, problem", [
-    ({"host": 7}, "record.environment.host: expected a string, got int"),
-    ({"worker": "ray"}, "record.environment.worker: expected an object, got str"),
+    ({"host": 7}, "record.environment.host: expected a string, got 7"),
+    ({"worker": "ray"}, "record.environment.worker: expected an object, got 'ray'"),
     ({"worker": {"scheduler": "ray", "version": "2", "node_id": None, "gpu_ids": [0]}},
-     "record.environment.worker.gpu_ids: expected a list of strings"),
+     "record.environment.worker.gpu_ids[0]: expected a string, got 0"),
     ({"worker": {"scheduler": "ray", "node_id": None, "gpu_ids": []}},
      "record.environment.worker: missing field 'version'"),
 ])

@@ -3,7 +3,6 @@ the eager block every timed profile of a run carries (on the CPU through the int
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
@@ -11,7 +10,7 @@ from conftest import DEVICE, HAS_CUDA
 from test_lab_runner import FEW, tiny_experiment
 
 from lab.evidence.records import RunRecord
-from lab.evidence.store import load_records
+from lab.evidence.store import load_records, read_json
 from lab.measure.eager import (
     CPU_EAGER,
     EagerClock,
@@ -93,7 +92,7 @@ def test_a_run_records_both_clocks_and_the_page_shows_the_eager_figures(tmp_path
             assert point.results[name].eager is None, "only profiles timed on the GPU-time clock are timed again"
     (loaded,), problems = load_records(tmp_path)
     assert problems == [] and loaded == record
-    assert RunRecord.from_dict(json.loads(path.read_text())).points[0].results["kernel"].eager == \
+    assert RunRecord.from_dict(read_json(path)).points[0].results["kernel"].eager == \
         record.points[0].results["kernel"].eager
 
     evidence = collect_evidence({experiment.slug: experiment}, (), tmp_path, {experiment.slug: record.hashes})

@@ -547,7 +547,8 @@ def _page(tmp_path, block=None, experiments=None):
         block = {"tool": prof.TOOL, "error": None, "ncu_version": "2025.3.1.0", "calls": len(targets),
                  "command": ["ncu", "--clock-control", "none", "--metrics", "a|b"], "metrics": list(ncu.METRICS),
                  "kernels": sum(map(len, kernels.values())), "unattributed_kernels": unattributed, "warmup_calls": 2,
-                 "selection": {"rule": "the claim's subject and baselines", "points": [{}, {}]}}
+                 "selection": {"rule": "the claim's subject and baselines",
+                               "points": [{"case": "fx-4096x1024", "dtype": d} for d in ("float16", "float32")]}}
         run = prof.attach(run, targets, kernels, {}, block)
     else:
         run = replace(run, profiling=block)

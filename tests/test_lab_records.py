@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import sys
@@ -16,7 +17,8 @@ import lab_synthetic as syn  # noqa: E402
 
 from lab.evidence import records  # noqa: E402
 from lab.evidence.records import RecordError, RunRecord  # noqa: E402
-from lab.evidence.store import load_record, load_records, write_record  # noqa: E402
+from lab.evidence.store import RecordsFolderError, load_record, load_records, write_record  # noqa: E402
+from lab.evidence.store import run_id_of as record_id  # noqa: E402
 
 
 def _record(run_id="20260101T000000Z-nvidia-test-gpu-a-000001"):
@@ -32,11 +34,12 @@ def _leftovers(directory: Path) -> list[str]:
 def test_round_trip_keeps_every_field(tmp_path):
     record = _record()
     path = write_record(record, tmp_path)
-    assert path == tmp_path / "exp" / f"{record.run_id}.json"
+    assert path == tmp_path / "exp" / f"{record.run_id}.json.gz"
     loaded = load_record(path)
     assert loaded == record  # `path` is excluded from equality
     assert loaded.path == path
-    text = path.read_text(encoding="utf-8")
+    text = gzip.decompress(path.read_bytes()).decode("utf-8")
+    assert text == record.to_json(), "the file is the record's JSON text, compressed"
     assert json.loads(text)["schema_version"] == records.SCHEMA_VERSION
     keys = list(json.loads(text))
     assert keys == sorted(keys), "records are written with sorted keys"
@@ -54,7 +57,7 @@ def test_existing_record_is_never_overwritten(tmp_path):
     assert _leftovers(path.parent) == []
 
 
-@pytest.mark.parametrize("crash_in", ["replace", "fsync"])
+@pytest.mark.parametrize("crash_in", ["link", "fsync"])
 def test_crash_mid_write_leaves_no_partial_file_and_the_old_record_intact(tmp_path, monkeypatch, crash_in):
     kept = write_record(_record(), tmp_path)
     kept_bytes = kept.read_bytes()
@@ -67,11 +70,11 @@ def test_crash_mid_write_leaves_no_partial_file_and_the_old_record_intact(tmp_pa
     with pytest.raises(KeyboardInterrupt):
         write_record(new, tmp_path)
     monkeypatch.undo()
-    assert not (tmp_path / "exp" / f"{new.run_id}.json").exists()
+    assert not (tmp_path / "exp" / f"{new.run_id}.json.gz").exists()
     assert _leftovers(tmp_path / "exp") == [], "the temporary file must be removed"
     assert kept.read_bytes() == kept_bytes
     records_found, problems = load_records(tmp_path)
-    assert [r.run_id for r in records_found] == [kept.stem] and problems == []
+    assert [r.run_id for r in records_found] == [record_id(kept)] and problems == []
 
 
 def test_unserialisable_record_is_refused_before_anything_is_written(tmp_path):
@@ -90,7 +93,7 @@ def _write_json(directory: Path, name: str, data) -> Path:
 
 def test_invalid_records_are_named_and_skipped_while_the_rest_load(tmp_path):
     good = write_record(_record(), tmp_path)
-    data = json.loads(good.read_text())
+    data = json.loads(gzip.decompress(good.read_bytes()))
     exp = tmp_path / "exp"
     broken = _write_json(exp, "20260103T000000Z-x-000003.json", '{"schema_version": 1, "run_')
     future = _write_json(exp, "20260104T000000Z-x-000004.json", {**data, "schema_version": 2,
@@ -105,7 +108,7 @@ def test_invalid_records_are_named_and_skipped_while_the_rest_load(tmp_path):
     elsewhere = _write_json(tmp_path / "other-exp", f"{data['run_id']}.json", data)
 
     found, problems = load_records(tmp_path)
-    assert [r.run_id for r in found] == [good.stem]
+    assert [r.run_id for r in found] == [record_id(good)]
     by_file = {p.path: p.problem for p in problems}
     assert set(by_file) == {broken, future, missing, wrong_status, renamed, elsewhere}
     assert "not valid JSON" in by_file[broken]
@@ -120,7 +123,8 @@ def test_invalid_records_are_named_and_skipped_while_the_rest_load(tmp_path):
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda d: d["points"][0]["results"]["subject"].update(samples_ms=[1.0, -2.0]), "cannot be negative"),
+        (lambda d: d["points"][0]["results"]["subject"].update(samples_ms=[1.0, -2.0]),
+         r"samples_ms\[1\]: expected a number from 1e-09 to 8.64e\+07, got -2.0"),
         (lambda d: d["points"][0]["results"]["subject"].update(samples_ms="1.0"), "expected a list"),
         (lambda d: d["points"][0].update(bytes_moved=1.5), "expected an integer"),
         (lambda d: d.update(evidence="trust me"), "evidence"),
@@ -135,5 +139,9 @@ def test_field_level_validation_names_the_field(mutate, message):
         RunRecord.from_dict(data)
 
 
-def test_missing_records_directory_is_empty_not_an_error(tmp_path):
-    assert load_records(tmp_path / "absent") == ([], [])
+def test_a_missing_records_folder_is_an_error_not_an_empty_store(tmp_path):
+    with pytest.raises(RecordsFolderError, match="does not exist"):
+        load_records(tmp_path / "absent")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RecordsFolderError, match="is not a folder"):
+        load_records(tmp_path / "file")

@@ -194,6 +194,7 @@ def test_commands_are_shown_as_a_reader_runs_them():
 
 
 def test_no_records_at_all_still_gives_every_page(tmp_path):
+    (tmp_path / "none").mkdir()
     outputs = render_outputs(_evidence(tmp_path / "none"))
     assert not [rel for rel in outputs if rel.endswith(".svg")]
     expected = {"experiments/index.md", "decisions/index.md", "generated/verdicts.md", "generated/environment.md",
@@ -210,21 +211,21 @@ def test_no_records_at_all_still_gives_every_page(tmp_path):
 
 def test_writing_replaces_only_generated_files(tmp_path, outputs):
     docs = tmp_path / "docs"
-    first = write_outputs(outputs, docs)
-    assert sorted(first.written) == sorted(outputs) and not first.removed
-    second = write_outputs(outputs, docs)
-    assert second.written == [] and sorted(second.unchanged) == sorted(outputs)
+    retired = {"experiments/retired.md": f"{GENERATED_HEADER}\n\n# Retired\n",
+               "assets/plots/retired--nvidia-test-gpu-a--float32.svg": "<svg/>"}
+    first = write_outputs({**outputs, **retired}, docs)
+    assert sorted(first.written) == sorted({**outputs, **retired}) and not first.removed
+    second = write_outputs({**outputs, **retired}, docs)
+    assert second.written == [] and sorted(second.unchanged) == sorted({**outputs, **retired})
 
     hand_written = docs / "experiments" / "notes.md"
     hand_written.write_text("# Notes written by hand\n", encoding="utf-8")
-    stale_page = docs / "experiments" / "retired.md"
-    stale_page.write_text(GENERATED_HEADER + "\n\n# Retired\n", encoding="utf-8")
-    stale_plot = docs / "assets" / "plots" / "retired--nvidia-test-gpu-a--float32.svg"
-    stale_plot.write_text("<svg/>", encoding="utf-8")
+    looks_generated = docs / "experiments" / "copied.md"  # carries the header, but no render wrote it
+    looks_generated.write_text(f"{GENERATED_HEADER}\n\n# Copied\n", encoding="utf-8")
     third = write_outputs(outputs, docs)
-    assert sorted(third.removed) == ["assets/plots/retired--nvidia-test-gpu-a--float32.svg",
-                                     "experiments/retired.md"]
+    assert sorted(third.removed) == sorted(retired), "what the last render wrote and this one does not"
     assert hand_written.read_text(encoding="utf-8") == "# Notes written by hand\n"
+    assert looks_generated.is_file(), "only files the manifest lists are ever deleted"
     assert not list(docs.rglob(".*.tmp"))
 
 

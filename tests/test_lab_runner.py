@@ -83,7 +83,7 @@ def test_run_records_every_status_and_renders_the_evidence_note(tmp_path):
     experiment = tiny_experiment()
     record, path = run_experiment(experiment, device=DEVICE, records_dir=tmp_path, params=FEW, progress=False)
 
-    assert path == tmp_path / experiment.slug / f"{record.run_id}.json"
+    assert path == tmp_path / experiment.slug / f"{record.run_id}.json.gz"
     (loaded,), problems = load_records(tmp_path)
     assert problems == [] and loaded == record
     assert record.evidence == (GPU_EVIDENCE if HAS_CUDA else CPU_EVIDENCE)
@@ -220,6 +220,8 @@ def test_compile_limits_cover_every_point_of_every_run_in_one_process():
     (lambda e: {"profiles": e.profiles + e.profiles[:1]}, "profile names repeat: torch"),
     (lambda e: {"dtypes": (torch.float32, torch.float64)}, "no tolerance for dtype(s) float64"),
     (lambda e: {"cases": ()}, "at least one case"),
+    (lambda e: {"slug": "Tiny/../x"}, "names a run record refuses: 'Tiny/../x'"),
+    (lambda e: {"cases": (Case("a b", {"M": 2, "N": 8}),)}, "names a run record refuses: 'a b'"),
 ])
 def test_a_declaration_that_cannot_run_is_refused_before_anything_runs(tmp_path, change, message):
     experiment = tiny_experiment()

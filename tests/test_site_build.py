@@ -228,13 +228,47 @@ def test_records_are_published_at_their_own_path(tmp_path):
     assert f.url == "records/softmax-x/20261101T000000Z-abc.json"
 
 
+def test_compressed_records_are_published_as_plain_json_at_the_same_link(tmp_path):
+    import gzip
+
+    from mkdocs.structure.files import Files
+
+    (tmp_path / "records" / "softmax-x").mkdir(parents=True)
+    text = '{"schema_version": 1}\n'
+    (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json.gz").write_bytes(gzip.compress(text.encode()))
+    config = _config(tmp_path)
+    (f,) = hooks.on_files(Files([]), config=config)
+    assert f.src_uri == f.dest_uri == "records/softmax-x/20261101T000000Z-abc.json"
+    f.copy_file()
+    assert Path(f.abs_dest_path).read_text() == text
+    (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json").write_text(text)
+    with pytest.raises(Exception, match="would both be published"):
+        hooks.on_files(Files([]), config=config)
+
+
+def test_only_record_files_are_published_and_never_through_a_link(tmp_path, caplog):
+    from mkdocs.structure.files import Files
+
+    folder = tmp_path / "records" / "softmax-x"
+    folder.mkdir(parents=True)
+    (folder / "20261101T000000Z-abc.json").write_text("{}")
+    (folder / "evil.html").write_text("<script>alert(1)</script>")
+    (folder / "20261101T000000Z-abc.svg").write_text("<svg/>")
+    (tmp_path / "secret.txt").write_text("secret")
+    (folder / "20261102T000000Z-abc.json").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "records" / "linked").symlink_to(folder)
+    files = hooks.on_files(Files([]), config=_config(tmp_path))
+    assert [f.src_uri for f in files] == ["records/softmax-x/20261101T000000Z-abc.json"]
+    assert "evil.html is not a run record" in caplog.text and "lies behind a symbolic link" in caplog.text
+
+
 def test_a_docs_file_shadowing_a_record_is_refused(tmp_path):
     from mkdocs.exceptions import PluginError
     from mkdocs.structure.files import File, Files
 
     (tmp_path / "records" / "s").mkdir(parents=True)
-    (tmp_path / "records" / "s" / "r.json").write_text("{}")
-    clash = File("records/s/r.json", str(tmp_path / "docs"), str(tmp_path / "site"), True)
+    (tmp_path / "records" / "s" / "20261101T000000Z-r.json").write_text("{}")
+    clash = File("records/s/20261101T000000Z-r.json", str(tmp_path / "docs"), str(tmp_path / "site"), True)
     with pytest.raises(PluginError, match="collides"):
         hooks.on_files(Files([clash]), config=_config(tmp_path))
 

@@ -25,11 +25,16 @@ written with the reason in its profiling block (lab.measure.profiling).
                                                    (experiment, GPU model) pair runs once, one experiment per
                                                    GPU at a time; needs the extra: pip install -e '.[cluster]'
 
+Every record is validated before anything renders (lab.evidence.records); one that fails is skipped with
+its path and the failing field named, and the pages render from the rest. A render that would take runs
+off the pages (an experiment or a GPU left with none) warns first.
+
 Exit codes: 0 done; 1 a run failed outside the per-profile isolation (the records of completed runs are
-kept); 2 bad arguments, an unknown slug, --run/--all without CUDA, or --cluster without Ray or without a
-cluster that answers; 3 with --strict, some record files were skipped as invalid (the pages were still
-rendered from the rest); 130 a cluster run stopped by Ctrl-C (the records that landed are kept, nothing
-is rendered).
+kept); 2 bad arguments, an unknown slug, --run/--all without CUDA, --cluster without Ray or without a
+cluster that answers, or a records folder that is missing or cannot be read (nothing is rendered); 3 with
+--strict, some record files were skipped as invalid (the pages were still rendered from the rest), or the
+render would take runs off the pages (then nothing is written); 130 a cluster run stopped by Ctrl-C (the
+records that landed are kept, nothing is rendered).
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ import torch  # noqa: E402
 from experiments import all_experiments  # noqa: E402
 from experiments.decisions import DECISIONS  # noqa: E402
 from lab.evidence.hashing import source_hashes  # noqa: E402
+from lab.evidence.store import RecordsFolderError  # noqa: E402
+from lab.evidence.verdict import STALE  # noqa: E402
 from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
-from lab.publish.render import render_outputs, write_outputs  # noqa: E402
-from lab.evidence.verdict import STALE  # noqa: E402
+from lab.publish.render import lost_evidence, render_outputs, write_outputs  # noqa: E402
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
@@ -61,7 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="build_results.py",
         description="Run experiments whose evidence for this GPU is missing or stale, then render docs/.",
         epilog="Exit codes: 0 done; 1 a run failed; 2 usage error, --run without CUDA, --cluster without Ray or "
-               "a cluster; 3 invalid records skipped (with --strict); 130 a cluster run stopped by Ctrl-C.",
+               "a cluster, or no readable records folder; 3 with --strict: invalid records skipped, or runs would "
+               "disappear from the pages; 130 a cluster run stopped by Ctrl-C.",
     )
     parser.add_argument("slugs", nargs="*", help="experiments to consider (default: all declared)")
     mode = parser.add_mutually_exclusive_group()
@@ -72,7 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--records-dir", type=Path, default=ROOT / "records", help="where run records live")
     parser.add_argument("--docs-dir", type=Path, default=ROOT / "docs", help="where generated pages go")
     parser.add_argument("--device", default="cuda", help="CUDA device to run on (default: cuda)")
-    parser.add_argument("--strict", action="store_true", help="exit 3 when any record file is invalid")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 3 when any record file is invalid; render nothing if runs would leave the pages")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--cluster", nargs="?", const="", metavar="ADDRESS",
                         help="spread the runs over Ray workers, one per GPU: embedded on this machine, or the "
@@ -136,43 +144,59 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     hashes = {slug: source_hashes(e, ROOT) for slug, e in experiments.items()}
 
-    def evidence(report: bool = True):
-        found = collect_evidence(experiments, DECISIONS, args.records_dir, hashes)
+    def evidence(report: bool = True, before_runs: bool = False):
+        # Before runs, a records folder that does not exist yet holds no records (the runs make it); a render
+        # from a folder that is not there is an error, never "No evidence" everywhere.
+        found = collect_evidence(experiments, DECISIONS, args.records_dir, hashes, missing_ok=before_runs)
         for problem in found.problems if report else ():
             print(f"build_results: skipped {problem}", file=sys.stderr)
         return found
 
-    if args.list:
-        return list_experiments(evidence(), selected)
-
-    if args.cluster is not None:  # the GPUs are the workers': this machine needs none
-        status = run_on_cluster(experiments, selected, evidence(report=False), force=args.run or args.all,
-                                args=args, profiling=profiling)
-        if status in (EXIT_USAGE, EXIT_INTERRUPTED):  # no cluster to run on, or stopped: nothing rendered
-            return status
-        return finish(args, evidence(), status)
-
     has_cuda = torch.cuda.is_available()
-    if (args.run or args.all) and not has_cuda:
+    if args.cluster is None and (args.run or args.all) and not has_cuda:
         print("build_results: --run/--all need a CUDA GPU and none is available here; "
               "use --render-only to render from the recorded runs", file=sys.stderr)
         return EXIT_USAGE
+    running = args.cluster is None and has_cuda and not (args.render_only or args.list)
 
-    status = EXIT_OK
-    if args.render_only:
-        pass
-    elif not has_cuda:
-        print("build_results: no CUDA GPU here: rendering from the recorded runs only")
-    else:
-        status = run_needed(experiments, selected, evidence(report=False), force=args.run or args.all, args=args,
-                            profiling=profiling)
-
-    return finish(args, evidence(), status)
+    try:
+        if args.list:
+            return list_experiments(evidence(), selected)
+        if args.cluster is not None:  # the GPUs are the workers': this machine needs none
+            status = run_on_cluster(experiments, selected, evidence(False, before_runs=True),
+                                    force=args.run or args.all, args=args, profiling=profiling)
+            if status in (EXIT_USAGE, EXIT_INTERRUPTED):  # no cluster to run on, or stopped: nothing rendered
+                return status
+            args.records_dir.mkdir(parents=True, exist_ok=True)  # the runs may have had nothing to record
+            return finish(args, evidence(), status)
+        status = EXIT_OK
+        if running:
+            status = run_needed(experiments, selected, evidence(False, before_runs=True), force=args.run or args.all,
+                                args=args, profiling=profiling)
+            args.records_dir.mkdir(parents=True, exist_ok=True)
+        elif not args.render_only:
+            print("build_results: no CUDA GPU here: rendering from the recorded runs only")
+        return finish(args, evidence(), status)
+    except RecordsFolderError as exc:
+        print(f"build_results: {exc}; nothing was rendered (--records-dir names the folder of run records)",
+              file=sys.stderr)
+        return EXIT_USAGE
 
 
 def finish(args: argparse.Namespace, found, status: int) -> int:
-    """Render the pages from every recorded run; the exit status."""
-    report = write_outputs(render_outputs(found), args.docs_dir)
+    """Render the pages from every recorded run under --docs-dir; the exit status, given the runs' `status`.
+
+    A render that would take runs off the pages (every record of an experiment, or of a GPU, now skipped or
+    gone) says so first, and under --strict refuses: nothing is written."""
+    outputs = render_outputs(found)
+    lost = lost_evidence(outputs, args.docs_dir)
+    for line in lost:
+        print(f"build_results: WARNING: evidence would disappear: {line}", file=sys.stderr)
+    if lost and args.strict:
+        print("build_results: --strict: nothing was rendered; fix or restore the records named above, or "
+              "render without --strict to accept the loss", file=sys.stderr)
+        return EXIT_INVALID_RECORDS
+    report = write_outputs(outputs, args.docs_dir)
     print(f"build_results: rendered {len(report.written)} changed, {len(report.unchanged)} unchanged, "
           f"{len(report.removed)} removed file(s) under {args.docs_dir}")
     if status == EXIT_OK and args.strict and found.problems:

@@ -3,7 +3,10 @@
 * Refuses to build without the vendored KaTeX and fonts (tools/vendor_assets.py): a site that would
   reach for a CDN, or show raw TeX, is worse than a clear error.
 * Publishes every run record under records/ (repository root) at the same path in the site,
-  records/<slug>/<run-id>.json, so generated pages link the raw data and `--strict` checks those links;
+  records/<slug>/<run-id>.json, so generated pages link the raw data and `--strict` checks those links; a
+  record stored compressed (<run-id>.json.gz) is published decompressed, as the plain JSON a browser shows.
+  Nothing else there is published: another file, or one behind a symbolic link, is left out with a warning
+  (which fails a --strict build).
   `mkdocs serve` watches records/ as soon as it exists.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
@@ -13,10 +16,13 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +35,10 @@ from mkdocs.structure.pages import Page
 log = logging.getLogger("mkdocs.hooks.kernel_lab")
 
 RECORDS_DIR = "records"
+# <slug>/<run-id>.json or .json.gz, with the names lab.evidence.checks accepts: nothing else under records/
+# (an .html, an .svg) is ever published, whatever a folder of records holds.
+_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
+RECORD_NAME = re.compile(rf"{_NAME}/[0-9]{{8}}T[0-9]{{6}}Z-{_NAME}\.json(?:\.gz)?")
 # Navigation sections filled from the folder their index page lives in.
 LISTED_SECTIONS = ("experiments", "decisions")
 # What the evidence pages are rendered from; a change to any of them re-renders under `mkdocs serve`.
@@ -130,17 +140,46 @@ def on_nav(nav: Navigation, config, files: Files) -> Navigation:
 # --------------------------------------------------------------------------------------------------------
 
 
+class CompressedRecord(File):
+    """A site file whose source is gzip-compressed: decompressed while it is copied into the site."""
+
+    def copy_file(self, dirty: bool = False) -> None:
+        if dirty and not self.is_modified():
+            return
+        os.makedirs(os.path.dirname(self.abs_dest_path), exist_ok=True)
+        with gzip.open(self.abs_src_path, "rb") as source, open(self.abs_dest_path, "wb") as out:
+            shutil.copyfileobj(source, out)
+
+
 def record_files(root: Path, config) -> list[File]:
-    """A site file for every file under <root>/records/, at the same relative path in the site."""
+    """A site file for every file under <root>/records/, at the same relative path in the site; a .json.gz
+    record at its .json path, decompressed."""
     base = root / RECORDS_DIR
     if not base.is_dir():
         return []
-    return [
-        File.generated(config, path.relative_to(root).as_posix(), abs_src_path=str(path))
-        for path in sorted(base.rglob("*"))
+    files = []
+    for path in sorted(base.rglob("*")):
         # hidden names are editor and OS droppings, or a record still being written, never records
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(base).parts)
-    ]
+        if not path.is_file() or any(part.startswith(".") for part in path.relative_to(base).parts):
+            continue
+        parts = path.relative_to(base).parts
+        if any((base / Path(*parts[:i])).is_symlink() for i in range(1, len(parts) + 1)):
+            log.warning(f"{path} lies behind a symbolic link: not published (a link could point anywhere)")
+            continue
+        if not RECORD_NAME.fullmatch("/".join(parts)):
+            log.warning(f"{path} is not a run record (records/<slug>/<run-id>.json.gz): not published")
+            continue
+        uri = path.relative_to(root).as_posix()
+        kind = CompressedRecord if uri.endswith(".json.gz") else File
+        files.append(kind.generated(config, uri.removesuffix(".gz") if kind is CompressedRecord else uri,
+                                    abs_src_path=str(path)))
+    seen: dict[str, str] = {}
+    for f in files:
+        if f.src_uri in seen:
+            raise PluginError(f"{seen[f.src_uri]} and {f.abs_src_path} would both be published as {f.src_uri}: "
+                              "a run is recorded once, compressed or not; remove one of them.")
+        seen[f.src_uri] = f.abs_src_path
+    return files
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -1,20 +1,24 @@
 """Run records: the schema, and the checks that turn a record's JSON into these dataclasses.
 
-One run of one experiment on one device is one JSON file, records/<slug>/<run-id>.json, written once and
-never changed. The file holds everything a page needs and everything a reader needs to judge it: raw
-samples, the environment, the source hashes that tell whether the evidence is still current.
+One run of one experiment on one device is one file, records/<slug>/<run-id>.json.gz (gzip-compressed
+JSON; records/<slug>/<run-id>.json, the form before compression, reads alike), written once and never
+changed. The file holds everything a page needs and everything a reader needs to judge it: raw samples,
+the environment, the source hashes that tell whether the evidence is still current.
 
-Reading never trusts a file: a record that misses a field, has a field of the wrong type or carries an
-unknown schema version raises a RecordError naming the field; lab.evidence.store turns it into a
-RecordProblem (file + problem) and skips the file, so one bad file cannot hide the others.
+Reading never trusts a file: records come from machines the site does not control, and the site publishes
+what they say. Each object of the schema is a table, field -> check (lab.evidence.checks), applied before
+anything renders: types, ranges (finite, positive times; p20 <= p50 <= p80 within the samples), known
+statuses, and names that reach file names and links (slugs, GPU keys, dtypes, profile and case names, run
+ids) of one safe pattern. A record that fails raises a RecordError naming the field; lab.evidence.store
+turns it into a RecordProblem (file + problem) and skips the file, so one bad file cannot hide the others.
 
-Profiler facts (lab.measure.profiling) are optional in schema version 1: a run-level `profiling` block (absent or
-null when the run was not profiled; records written before it existed simply lack the key) and, per
-profile result, `profiling` (null where that point was not profiled). Both are checked as strictly as the
-rest when present.
-
-The environment's `host` (runs since it was added) and `worker` (runs made by a cluster worker,
-lab.measure.cluster: where the scheduler placed it) are optional too, and checked when present.
+A field added later is one line in its table: Absent(check, default) for a field that older records lack.
+Profiler facts (lab.measure.profiling) are such optional fields: a run-level `profiling` block (absent or
+null when the run was not profiled) and, per profile result, `profiling` (null where that point was not
+profiled); so is the eager-call clock (lab.measure.eager): per profile result `eager`, per point
+`eager_copies`, per run `eager` (the method), all absent or null in records made before it existed; and so
+are the environment's `host` (runs since it was added) and `worker` (runs made by a cluster worker,
+lab.measure.cluster: where the scheduler placed it).
 """
 
 from __future__ import annotations
@@ -25,22 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.evidence.fields import (
-    RecordError,
-    required,
-    checked,
-    expect_object,
-    text,
-    integer,
-    number,
-    real,
-    samples,
-    mapping,
-    listing,
-    optional_number,
-    point_profiling,
-    run_profiling,
-)
+from lab.evidence.checks import (MAX_MS, Absent, RecordError, case_name, dimension, fields, got, identifier, integer,
+                                 list_of, mapping, number, one_of, optional, run_id, text, time_ms, utc_time)
+from lab.evidence.record_parts import (ENVIRONMENT, GIT, HASHES, MAX_SAMPLES, figure, plan, point_profiling,
+                                       run_profiling, samples_ms, short_text)
 
 SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = (1,)
@@ -51,16 +43,9 @@ CPU_EVIDENCE = "cpu-interpreter: not performance evidence"
 CPU_GPU_KEY = "cpu-interpreter"  # the GPU key of records made on the CPU through Triton's interpreter
 
 
-def worker_placement(value: Any, where: str) -> dict:
-    """A cluster worker's placement: {"scheduler": name, "version": text, "node_id": text or null,
-    "gpu_ids": [text, ...]}."""
-    expect_object(value, where)
-    text(value, "scheduler", where)
-    text(value, "version", where)
-    text(value, "node_id", where, optional=True)
-    if not all(isinstance(i, str) for i in listing(value, "gpu_ids", where)):
-        raise RecordError(f"{where}.gpu_ids: expected a list of strings")
-    return dict(value)
+def _build(cls, table, data: Any, where: str):
+    """`cls` from the fields `table` reads out of `data`."""
+    return cls(**table(data, where))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -93,23 +78,37 @@ class EagerResult:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "EagerResult":
-        expect_object(data, where)
-        result = cls(
-            samples_ms=samples(data, "samples_ms", where),
-            host_samples_ms=samples(data, "host_samples_ms", where),
-            calls_per_sample=integer(data, "calls_per_sample", where),
-            p20_ms=real(data, "p20_ms", where, optional=True),
-            p50_ms=real(data, "p50_ms", where, optional=True),
-            p80_ms=real(data, "p80_ms", where, optional=True),
-            host_p50_ms=real(data, "host_p50_ms", where, optional=True),
-            gbps=real(data, "gbps", where, optional=True),
-            pct_of_ceiling=real(data, "pct_of_ceiling", where, optional=True),
-            tflops=real(data, "tflops", where, optional=True),
-            error=text(data, "error", where, optional=True),
-        )
-        if result.error is None and (not result.samples_ms or result.p50_ms is None):
-            raise RecordError(f"{where}: an eager result without an error needs samples_ms and p50_ms")
+        result = _build(cls, EAGER_RESULT_FIELDS, data, where)
+        if result.error is None:
+            if not result.samples_ms or result.p50_ms is None:
+                raise RecordError(f"{where}: an eager result without an error needs samples_ms and p50_ms")
+            _percentiles_within(result, where)
         return result
+
+
+EAGER_RESULT_FIELDS = fields({
+    "samples_ms": samples_ms,
+    "host_samples_ms": list_of(number(0.0, MAX_MS), max_length=MAX_SAMPLES),
+    "calls_per_sample": integer(0, 1 << 32),
+    "p20_ms": optional(time_ms),
+    "p50_ms": optional(time_ms),
+    "p80_ms": optional(time_ms),
+    "host_p50_ms": optional(number(0.0, MAX_MS)),
+    "gbps": optional(figure),
+    "pct_of_ceiling": optional(figure),
+    "tflops": optional(figure),
+    "error": optional(text()),
+})
+
+
+def _percentiles_within(result, where: str) -> None:
+    """p20 <= p50 <= p80 (those given), all within the samples: percentiles interpolate between them."""
+    given = [p for p in (result.p20_ms, result.p50_ms, result.p80_ms) if p is not None]
+    low, high = min(result.samples_ms), max(result.samples_ms)
+    slack = 1e-9 * high
+    if not all(low - slack <= a <= b <= high + slack for a, b in zip(given, given[1:] + given[-1:])):
+        raise RecordError(f"{where}: expected min(samples_ms) <= p20_ms <= p50_ms <= p80_ms <= max(samples_ms), "
+                          f"got {low!r}, {(result.p20_ms, result.p50_ms, result.p80_ms)}, {high!r}")
 
 
 @dataclass(frozen=True)
@@ -142,30 +141,30 @@ class ProfileResult:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "ProfileResult":
-        expect_object(data, where)
-        status = text(data, "status", where)
-        if status not in STATUSES:
-            raise RecordError(f"{where}.status: {status!r} is not one of {', '.join(STATUSES)}")
-        result = cls(
-            status=status,
-            plan=mapping(data, "plan", where, optional=True),
-            samples_ms=samples(data, "samples_ms", where),
-            p20_ms=real(data, "p20_ms", where, optional=True),
-            p50_ms=real(data, "p50_ms", where, optional=True),
-            p80_ms=real(data, "p80_ms", where, optional=True),
-            gbps=real(data, "gbps", where, optional=True),
-            pct_of_ceiling=real(data, "pct_of_ceiling", where, optional=True),
-            tflops=real(data, "tflops", where, optional=True),
-            rel_error=real(data, "rel_error", where, optional=True),
-            error=text(data, "error", where, optional=True),
-            reason=text(data, "reason", where, optional=True),
-            profiling=point_profiling(data.get("profiling"), f"{where}.profiling"),
-            eager=(EagerResult.from_dict(data["eager"], f"{where}.eager") if data.get("eager") is not None
-                   else None),
-        )
-        if status == "ok" and (not result.samples_ms or result.p50_ms is None):
-            raise RecordError(f"{where}: status 'ok' needs samples_ms and p50_ms")
+        result = _build(cls, RESULT_FIELDS, data, where)
+        if result.status == "ok":
+            if not result.samples_ms or None in (result.p20_ms, result.p50_ms, result.p80_ms):
+                raise RecordError(f"{where}: status 'ok' needs samples_ms and p20_ms, p50_ms, p80_ms")
+            _percentiles_within(result, where)
         return result
+
+
+RESULT_FIELDS = fields({
+    "status": one_of(*STATUSES),
+    "plan": optional(plan),
+    "samples_ms": samples_ms,
+    "p20_ms": optional(time_ms),
+    "p50_ms": optional(time_ms),
+    "p80_ms": optional(time_ms),
+    "gbps": optional(figure),
+    "pct_of_ceiling": optional(figure),
+    "tflops": optional(figure),
+    "rel_error": optional(number(0.0, math.inf)),
+    "error": optional(text()),
+    "reason": optional(text()),
+    "profiling": Absent(point_profiling),
+    "eager": Absent(optional(EagerResult.from_dict)),
+})
 
 
 @dataclass(frozen=True)
@@ -188,27 +187,25 @@ class Point:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "Point":
-        expect_object(data, where)
-        shape = mapping(data, "shape", where)
-        for dim, size in shape.items():
-            if isinstance(size, bool) or not isinstance(size, int):
-                raise RecordError(f"{where}.shape.{dim}: expected an integer, got {size!r}")
-        results = mapping(data, "results", where)
-        return cls(
-            case=text(data, "case", where),
-            shape=dict(shape),
-            dtype=text(data, "dtype", where),
-            bytes_moved=integer(data, "bytes_moved", where),
-            flops=integer(data, "flops", where, optional=True),
-            tolerance=real(data, "tolerance", where),
-            input_seed=integer(data, "input_seed", where),
-            checked_rows=mapping(data, "checked_rows", where, optional=True),
-            results={
-                name: ProfileResult.from_dict(result, f"{where}.results[{name!r}]")
-                for name, result in results.items()
-            },
-            eager_copies=integer(data, "eager_copies", where, optional=True) if "eager_copies" in data else None,
-        )
+        point = _build(cls, POINT_FIELDS, data, where)
+        rows = point.checked_rows
+        if rows is not None and max(rows["first"], rows["last"]) > rows["of"]:
+            raise RecordError(f"{where}.checked_rows: expected first and last within of, got {got(rows)}")
+        return point
+
+
+POINT_FIELDS = fields({
+    "case": case_name,
+    "shape": mapping(dimension, integer(0, 1 << 48), max_length=16),
+    "dtype": identifier,
+    "bytes_moved": integer(1),
+    "flops": optional(integer()),
+    "tolerance": number(0.0, 1e6, above=True),
+    "input_seed": integer(0, 1 << 64),
+    "checked_rows": optional(fields({"first": integer(), "last": integer(), "of": integer(1)})),
+    "results": mapping(identifier, ProfileResult.from_dict, max_length=1000),
+    "eager_copies": Absent(optional(integer(1, 1 << 32))),
+})
 
 
 @dataclass(frozen=True)
@@ -221,12 +218,14 @@ class CopyCeiling:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "CopyCeiling":
-        expect_object(data, where)
-        return cls(
-            gbps=real(data, "gbps", where),
-            bytes_copied=integer(data, "bytes_copied", where),
-            samples_ms=samples(data, "samples_ms", where),
-        )
+        return _build(cls, CEILING_FIELDS, data, where)
+
+
+CEILING_FIELDS = fields({
+    "gbps": number(0.0, 1e9, above=True),
+    "bytes_copied": integer(1),
+    "samples_ms": list_of(time_ms, min_length=1, max_length=MAX_SAMPLES),
+})
 
 
 @dataclass(frozen=True)
@@ -243,16 +242,21 @@ class TimingMethod:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "TimingMethod":
-        expect_object(data, where)
-        return cls(
-            clock=text(data, "clock", where),
-            l2_flush_bytes=integer(data, "l2_flush_bytes", where),
-            warmup_rounds=integer(data, "warmup_rounds", where),
-            min_samples=integer(data, "min_samples", where),
-            max_samples=integer(data, "max_samples", where),
-            target_seconds=real(data, "target_seconds", where),
-            order=text(data, "order", where),
-        )
+        timing = _build(cls, TIMING_FIELDS, data, where)
+        if timing.min_samples > timing.max_samples:
+            raise RecordError(f"{where}: min_samples {timing.min_samples} exceeds max_samples {timing.max_samples}")
+        return timing
+
+
+TIMING_FIELDS = fields({
+    "clock": short_text,
+    "l2_flush_bytes": integer(),
+    "warmup_rounds": integer(0, 1_000_000),
+    "min_samples": integer(1, MAX_SAMPLES),
+    "max_samples": integer(1, MAX_SAMPLES),
+    "target_seconds": number(0.0, 1e6),
+    "order": short_text,
+})
 
 
 @dataclass(frozen=True)
@@ -272,17 +276,22 @@ class EagerMethod:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "EagerMethod":
-        expect_object(data, where)
-        return cls(
-            clock=text(data, "clock", where),
-            copies_past_bytes=integer(data, "copies_past_bytes", where),
-            warmup_rounds=integer(data, "warmup_rounds", where),
-            samples=integer(data, "samples", where),
-            batch_seconds=real(data, "batch_seconds", where),
-            min_calls=integer(data, "min_calls", where),
-            max_calls=integer(data, "max_calls", where),
-            host_batch_max=integer(data, "host_batch_max", where),
-        )
+        method = _build(cls, EAGER_METHOD_FIELDS, data, where)
+        if method.min_calls > method.max_calls:
+            raise RecordError(f"{where}: min_calls {method.min_calls} exceeds max_calls {method.max_calls}")
+        return method
+
+
+EAGER_METHOD_FIELDS = fields({
+    "clock": short_text,
+    "copies_past_bytes": integer(),
+    "warmup_rounds": integer(0, 1_000_000),
+    "samples": integer(0, MAX_SAMPLES),
+    "batch_seconds": number(0.0, 1e6),
+    "min_calls": integer(0, 1 << 32),
+    "max_calls": integer(0, 1 << 32),
+    "host_batch_max": integer(0, 1 << 32),
+})
 
 
 @dataclass(frozen=True)
@@ -329,49 +338,45 @@ class RunRecord:
 
     @classmethod
     def from_dict(cls, data: Any, path: Path | None = None) -> "RunRecord":
-        where = "record"
         if not isinstance(data, dict):
-            raise RecordError(f"expected a JSON object at the top level, got {type(data).__name__}")
-        version = required(data, "schema_version", where)
-        if version not in KNOWN_SCHEMA_VERSIONS:
+            raise RecordError(f"expected a JSON object at the top level, got {got(data)}")
+        version = data.get("schema_version")
+        if isinstance(version, bool) or version not in KNOWN_SCHEMA_VERSIONS:  # true == 1, but is no version
             known = ", ".join(map(str, KNOWN_SCHEMA_VERSIONS))
-            raise RecordError(f"unknown schema_version {version!r}; this lab reads version(s) {known}")
-        command = listing(data, "command", where)
-        if not all(isinstance(arg, str) for arg in command):
-            raise RecordError(f"{where}.command: expected a list of strings")
-        hashes = mapping(data, "hashes", where)
-        if not all(isinstance(v, str) for v in hashes.values()):
-            raise RecordError(f"{where}.hashes: expected path -> sha256 strings")
-        environment = mapping(data, "environment", where)
-        text(environment, "gpu_key", f"{where}.environment")
-        text(environment, "gpu_name", f"{where}.environment")
-        if "host" in environment:
-            text(environment, "host", f"{where}.environment")
-        if "worker" in environment:
-            worker_placement(environment["worker"], f"{where}.environment.worker")
-        evidence = text(data, "evidence", where)
-        if evidence not in (GPU_EVIDENCE, CPU_EVIDENCE):
-            raise RecordError(f"{where}.evidence: expected {GPU_EVIDENCE!r} or {CPU_EVIDENCE!r}, got {evidence!r}")
-        git = mapping(data, "git", where)
-        text(git, "commit", f"{where}.git", optional=True)
-        return cls(
-            schema_version=version,
-            run_id=text(data, "run_id", where),
-            experiment=text(data, "experiment", where),
-            started_utc=text(data, "started_utc", where),
-            finished_utc=text(data, "finished_utc", where),
-            command=tuple(command),
-            git=dict(git),
-            hashes=dict(hashes),
-            environment=dict(environment),
-            evidence=evidence,
-            copy_ceiling=CopyCeiling.from_dict(required(data, "copy_ceiling", where), f"{where}.copy_ceiling"),
-            timing=TimingMethod.from_dict(required(data, "timing", where), f"{where}.timing"),
-            points=tuple(
-                Point.from_dict(p, f"{where}.points[{i}]") for i, p in enumerate(listing(data, "points", where))
-            ),
-            profiling=run_profiling(data.get("profiling"), f"{where}.profiling"),
-            eager=(EagerMethod.from_dict(data["eager"], f"{where}.eager") if data.get("eager") is not None
-                   else None),
-            path=path,
-        )
+            raise RecordError(f"unknown schema_version {got(version)}; this lab reads version(s) {known}")
+        record = cls(**RECORD_FIELDS(data, "record"), path=path)
+        where = "record"
+        if record.finished_utc < record.started_utc:
+            raise RecordError(f"{where}: finished_utc {record.finished_utc} precedes started_utc {record.started_utc}")
+        if (record.evidence == CPU_EVIDENCE) != (record.gpu_key == CPU_GPU_KEY):
+            raise RecordError(f"{where}.evidence: {record.evidence!r} does not go with the GPU key {record.gpu_key!r} "
+                              f"(runs on {CPU_GPU_KEY!r}, and only those, are {CPU_EVIDENCE!r})")
+        seen = set()
+        for i, point in enumerate(record.points):
+            if (point.case, point.dtype) in seen:
+                raise RecordError(f"{where}.points[{i}]: a second point at case {point.case!r}, dtype {point.dtype!r}")
+            seen.add((point.case, point.dtype))
+        return record
+
+
+RECORD_FIELDS = fields({
+    "schema_version": integer(),
+    "run_id": run_id,
+    "experiment": identifier,
+    "started_utc": utc_time,
+    "finished_utc": utc_time,
+    "command": list_of(text(10_000), max_length=10_000),
+    "git": GIT,
+    "hashes": HASHES,
+    "environment": ENVIRONMENT,
+    "evidence": one_of(GPU_EVIDENCE, CPU_EVIDENCE),
+    "copy_ceiling": CopyCeiling.from_dict,
+    "timing": TimingMethod.from_dict,
+    "points": list_of(Point.from_dict, max_length=100_000),
+    "profiling": Absent(run_profiling),
+    "eager": Absent(optional(EagerMethod.from_dict)),
+})
+
+SCHEMA_TABLES = {EagerResult: EAGER_RESULT_FIELDS, ProfileResult: RESULT_FIELDS, Point: POINT_FIELDS,
+                 CopyCeiling: CEILING_FIELDS, TimingMethod: TIMING_FIELDS, EagerMethod: EAGER_METHOD_FIELDS,
+                 RunRecord: RECORD_FIELDS}

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from experiments.spec import Case, Experiment, Profile
 from lab import REPO_ROOT
+from lab.evidence.checks import CASE, IDENTIFIER, IDENTIFIER_TEXT
 from lab.evidence.hashing import source_hashes
 from lab.evidence.records import (
     CPU_EVIDENCE,
@@ -271,6 +272,11 @@ def check_declaration(experiment: Experiment) -> None:
         problems.append(f"no tolerance for dtype(s) {', '.join(missing)}")
     if not experiment.cases or not experiment.dtypes:
         problems.append("it needs at least one case and one dtype")
+    unfit = [n for n in (experiment.slug, *names) if not IDENTIFIER.fullmatch(n)]
+    unfit += [c.name for c in experiment.cases if not CASE.fullmatch(c.name)]
+    if unfit:  # its record could not be read back: refuse before the run, not after it
+        problems.append(f"names a run record refuses: {', '.join(map(repr, unfit))} (accepted: {IDENTIFIER_TEXT}; "
+                        "a case name may use '+' too)")
     if problems:
         raise ValueError(f"experiment {experiment.slug!r} cannot run: {'; '.join(problems)}")
 

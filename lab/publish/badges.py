@@ -3,12 +3,12 @@
 A badge is `<span class="kl-badge kl-badge--<state>">Word</span>`; its colour and icon come from
 docs/assets/stylesheets/extra.css, one per state, so colour is never the only signal (the word is there,
 and the icon differs too). A point's word (Faster, Level, ...) is the lighter `kl-word` mark. Every text
-that goes into the HTML passes through `esc`, so a record's strings can never become markup.
+that goes into the HTML passes through `esc` (lab.publish.escape.attribute), so a record's strings can never
+become markup; what these functions return is Markdown of the project's own (an Md), which the templates
+take as it is.
 """
 
 from __future__ import annotations
-
-import html
 
 from lab.evidence.verdict import (
     FAILED,
@@ -24,6 +24,7 @@ from lab.evidence.verdict import (
     UNDECIDED,
     Verdict,
 )
+from lab.publish.escape import Md, attribute
 
 # What each word means, in the words every page uses (the legend, tooltips, the method page).
 MEANING = {
@@ -44,40 +45,40 @@ POINT_WORDS = (FASTER, LEVEL, SLOWER, UNDECIDED, FAILED)
 
 
 def esc(text: object) -> str:
-    """`text` safe inside HTML (and inside a Markdown table cell: pipes escaped, lines joined)."""
-    return html.escape(str(text), quote=True).replace("|", "&#124;").replace("\n", " ")
+    """`text` safe inside HTML (and inert as Markdown: pipes, backticks and brackets escaped, lines joined)."""
+    return attribute(text)
 
 
 def css_name(word: str) -> str:
     return word.lower().replace(" ", "-")
 
 
-def badge(state: str, title: str = "", label: str | None = None) -> str:
+def badge(state: str, title: str = "", label: str | None = None) -> Md:
     """The badge of a verdict or decision state; `title` is its tooltip (e.g. the verdict's summary)."""
     tip = f' title="{esc(title)}"' if title else ""
-    return f'<span class="kl-badge kl-badge--{css_name(state)}"{tip}>{esc(label or state)}</span>'
+    return Md(f'<span class="kl-badge kl-badge--{css_name(state)}"{tip}>{esc(label or state)}</span>')
 
 
-def word(point_word: str, title: str = "") -> str:
+def word(point_word: str, title: str = "") -> Md:
     """The mark of a point's word (Faster, Level, Slower, Undecided, Failed)."""
     tip = f' title="{esc(title)}"' if title else ""
-    return f'<span class="kl-word kl-word--{css_name(point_word)}"{tip}>{esc(point_word)}</span>'
+    return Md(f'<span class="kl-word kl-word--{css_name(point_word)}"{tip}>{esc(point_word)}</span>')
 
 
-def tick(state: str, link: str, title: str) -> str:
+def tick(state: str, link: str, title: str) -> Md:
     """One run in a history strip: a small square in its verdict's colour, linked to its record. Written as a
     Markdown link so that MkDocs resolves `link` like every other link on the page."""
     tip = esc(title).replace("&quot;", "").replace("&#x27;", "")
-    return f'[<span class="kl-sr">{esc(state)}</span>]({link} "{tip}"){{ .kl-tick .kl-tick--{css_name(state)} }}'
+    return Md(f'[<span class="kl-sr">{esc(state)}</span>]({link} "{tip}"){{ .kl-tick .kl-tick--{css_name(state)} }}')
 
 
-def verdict_badge(verdict: Verdict | None) -> str:
+def verdict_badge(verdict: Verdict | None) -> Md:
     """A verdict's badge; a stale one also says, in small print, what its old data said."""
     if verdict is None:
         return badge(NO_EVIDENCE, MEANING[NO_EVIDENCE])
     out = badge(verdict.state, verdict.summary)
     if verdict.state == STALE and verdict.data_state:
-        out += f' <span class="kl-was">was {badge(verdict.data_state, "what that run said under the rule")}</span>'
+        out += Md(f' <span class="kl-was">was {badge(verdict.data_state, "what that run said under the rule")}</span>')
     return out
 
 

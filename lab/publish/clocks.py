@@ -10,6 +10,7 @@ from lab.evidence.verdict import CLOCK_MEANINGS, CLOCK_NAMES, EAGER_CALL, GPU_TI
 from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import profile_names
+from lab.publish.escape import code, compose
 
 
 def clock_legend() -> list[dict]:
@@ -37,16 +38,16 @@ def eager_section(experiment: Experiment, verdict: Verdict | None) -> dict | Non
             "subject": _eager_cell(subject),
             "subject_host": _host_cell(subject),
             "subject_gbps": fmt.gbps(subject.eager.gbps) if subject and subject.eager else fmt.DASH,
-            "baseline": f"`{j.baseline}`" if j is not None and j.baseline else fmt.DASH,
+            "baseline": code(j.baseline) if j is not None and j.baseline else fmt.DASH,
             "baseline_eager": _eager_cell(base),
             "baseline_host": _host_cell(base),
-            "speedup": (f"{fmt.ratio(j.speedup.ratio)} {fmt.interval(j.speedup.low, j.speedup.high)}"
+            "speedup": (compose("{} {}", fmt.ratio(j.speedup.ratio), fmt.interval(j.speedup.low, j.speedup.high))
                         if j is not None and j.speedup else fmt.DASH),
             "word": badges.word(j.word, j.reason) if j is not None else fmt.DASH,
         })
     names = profile_names(experiment, run.points)
     matrix = [{"case": p.case, "dtype": p.dtype,
-               "cells": [f"{_eager_cell(p.results.get(n))} / {_host_cell(p.results.get(n))}" for n in names]}
+               "cells": [compose("{} / {}", _eager_cell(p.results.get(n)), _host_cell(p.results.get(n))) for n in names]}
               for p in run.points]
     return {
         "measured": True,
@@ -67,7 +68,7 @@ def _eager_cell(result) -> str:
     if result.eager is None:
         return "not measured"
     if result.eager.error:
-        return "error: " + fmt.table_cell(result.eager.error)
+        return compose("error: {}", result.eager.error)
     return fmt.latency_us(result.eager.p50_ms)
 
 

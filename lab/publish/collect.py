@@ -55,12 +55,15 @@ def collect_evidence(
     decisions: Sequence[Decision],
     records_dir: Path,
     current_hashes: Mapping[str, Mapping[str, str]],
+    *,
+    missing_ok: bool = False,
 ) -> Evidence:
     """Load every record under records_dir and judge it against the experiments' current source hashes.
 
-    Invalid records, and records of experiments that are no longer declared, become problems.
+    Invalid records, and records of experiments that are no longer declared, become problems. A records_dir
+    that is missing raises RecordsFolderError (lab.evidence.store), unless `missing_ok` (before any run).
     """
-    records, problems = load_records(records_dir)
+    records, problems = load_records(records_dir, missing_ok=missing_ok)
     runs: dict[str, list[RunRecord]] = {slug: [] for slug in sorted(experiments)}
     for record in records:
         if record.experiment in runs:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 from typing import Mapping
 
+from lab.publish.escape import Md
+
 DASH = "–"
 
 
@@ -54,7 +56,8 @@ def ratio(value: float | None) -> str:
 
 
 def interval(low: float | None, high: float | None) -> str:
-    return DASH if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
+    """"[low, high]" (Markdown of the project's own, so its brackets are not escaped as a record's would be)."""
+    return DASH if low is None or high is None else Md(f"[{low:.3f}, {high:.3f}]")
 
 
 def rel_error(value: float | None) -> str:
@@ -75,11 +78,6 @@ def short_commit(commit: str | None, dirty: bool | None) -> str:
     if not commit:
         return "unknown"
     return f"{commit[:10]}{' (dirty)' if dirty else ''}"
-
-
-def table_cell(text: object) -> str:
-    """Text safe inside a Markdown table cell: pipes escaped, line breaks flattened."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def describe_command(command: list[str] | tuple[str, ...]) -> str:

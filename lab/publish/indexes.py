@@ -14,6 +14,7 @@ from lab.evidence.verdict import AGAINST, DECISION_RULE, OPEN, decide, word_coun
 from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
+from lab.publish.escape import Md, cell, compose, declared, href
 from lab.publish.views import gpu_order, run_shape
 
 
@@ -25,10 +26,10 @@ def index_rows(evidence: Evidence, link_prefix: str) -> tuple[list[str], list[di
         verdicts = evidence.verdicts[slug]
         rows.append({
             "slug": slug,
-            "title": experiment.title,
-            "link": f"{link_prefix}{slug}.md",
-            "question": fmt.table_cell(experiment.question),
-            "claim": experiment.claim.short,
+            "title": declared(experiment.title),
+            "link": href(f"{link_prefix}{slug}.md"),
+            "question": cell(declared(experiment.question)),
+            "claim": declared(experiment.claim.short),
             "run_shape": run_shape(experiment),
             "cells": [badges.verdict_badge(verdicts.get(key)) for key in gpus],
             "no_gpu": badges.verdict_badge(None),
@@ -55,11 +56,11 @@ def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
                 "points": len(judged),
                 "counts": word_counts(judged) or fmt.DASH,
                 "against": sum(j.effect == AGAINST for j in judged),
-                "lowest": f"{fmt.ratio(low.speedup.ratio)} {fmt.interval(low.speedup.low, low.speedup.high)}"
+                "lowest": compose("{} {}", fmt.ratio(low.speedup.ratio), fmt.interval(low.speedup.low, low.speedup.high))
                 if low else fmt.DASH,
                 "lowest_at": low.case if low else fmt.DASH,
                 "highest": fmt.ratio(high.speedup.ratio) if high else fmt.DASH,
-                "run_link": f"/records/{slug}/{verdict.run.run_id}.json",
+                "run_link": href(f"/records/{slug}/{verdict.run.run_id}.json"),
                 "run_id": fmt.short_run_id(verdict.run.run_id),
             })
     return rows
@@ -73,7 +74,7 @@ def decision_context(evidence: Evidence, decision: Decision, link_prefix: str) -
     for key in gpus:
         call = decide(decision, {slug: evidence.verdicts[slug][key] for slug in decision.experiments
                                  if slug in evidence.verdicts and key in evidence.verdicts[slug]})
-        calls.append({"gpu": evidence.gpu_labels[key], "outcome": call.outcome, "text": call.text,
+        calls.append({"gpu": evidence.gpu_labels[key], "outcome": call.outcome, "text": declared(call.text),
                       "kind": f"kl-box-{badges.css_name(call.outcome)}", "badge": badges.badge(call.outcome)})
     experiments = []
     for slug in decision.experiments:
@@ -81,17 +82,17 @@ def decision_context(evidence: Evidence, decision: Decision, link_prefix: str) -
         experiments.append({
             "slug": slug,
             "known": experiment is not None,
-            "title": experiment.title if experiment else slug,
-            "link": f"{link_prefix}{slug}.md",
+            "title": declared(experiment.title if experiment else slug),
+            "link": href(f"{link_prefix}{slug}.md"),
             "cells": [badges.verdict_badge(evidence.verdicts[slug].get(key)) if experiment
                       else "not declared" for key in gpus],
         })
     return {
-        "d": decision,
+        "d": declared(decision),
         "gpus": [evidence.gpu_labels[k] for k in gpus],
         "calls": calls,
         "experiments": experiments,
-        "rule": DECISION_RULE,
+        "rule": declared(DECISION_RULE),
         "open_kind": f"kl-box-{badges.css_name(OPEN)}",
         "open_badge": badges.badge(OPEN),
     }

@@ -3,7 +3,8 @@ side, and the verdict of every run ever recorded (the history) — each on every
 time always; the eager-call clock where a run measured it).
 
 Numbers are formatted here (lab.publish.formatting); words and badges come from lab.publish.badges; record
-strings reach HTML only through `badges.esc` or the templates' `cell` filter.
+strings reach HTML only through `badges.esc`, and Markdown only through the templates (lab.publish.escape);
+what is built here as Markdown of the project's own (a line break, a code span, a link) is an Md.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ from lab.evidence.verdict import (
 from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
+from lab.publish.escape import Md, code, compose, href
 from lab.publish.plots import GPU_PALETTE, speedup_plot_filename
 
 PLOTS = "../assets/plots"
 CARD_POINTS = 4  # a GPU and dtype with more points than this shows its lowest and highest speedup only
 
 
-def record_link(run: RunRecord) -> str:
-    return f"../records/{run.experiment}/{run.run_id}.json"
+def record_link(run: RunRecord) -> Md:
+    return href(f"../records/{run.experiment}/{run.run_id}.json")
 
 
 def run_ref(run: RunRecord, gpu_label: str) -> dict:
@@ -78,13 +80,13 @@ def _time_and_rate(point: Point, result, clock: str) -> str:
     if timing is None:
         return fmt.DASH if result is None else result.status
     p50 = timing[0]
-    return f"{fmt.latency_us(p50)} µs<br>{fmt.gbps(point.bytes_moved / (p50 * 1e-3) / 1e9)} GB/s"
+    return Md(f"{fmt.latency_us(p50)} µs<br>{fmt.gbps(point.bytes_moved / (p50 * 1e-3) / 1e9)} GB/s")
 
 
 def _speedup(j: PointJudgement | None, between: str = " ") -> str:
     if j is None or j.speedup is None:
         return fmt.DASH
-    return f"{fmt.ratio(j.speedup.ratio)}{between}{fmt.interval(j.speedup.low, j.speedup.high)}"
+    return Md(f"{fmt.ratio(j.speedup.ratio)}{between}{fmt.interval(j.speedup.low, j.speedup.high)}")
 
 
 def _card_points(judged: list[PointJudgement]) -> list[tuple[str, PointJudgement]]:
@@ -132,7 +134,8 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                         "where": (f"{which}: " if which else "") + j.case + (f" · {dtype}" if several else ""),
                         "clock": CLOCK_NAMES[clock],
                         "subject": _time_and_rate(point, point.results.get(subject), clock),
-                        "baseline": f"`{j.baseline}`<br>{_time_and_rate(point, base, clock)}" if base else fmt.DASH,
+                        "baseline": compose("{}<br>{}", code(j.baseline), _time_and_rate(point, base, clock))
+                        if base else fmt.DASH,
                         "speedup": _speedup(j, "<br>"),
                         "word": badges.word(j.word, j.reason),
                     })
@@ -147,19 +150,20 @@ def _pct_of_ceiling(point: Point, result, run: RunRecord, clock: str) -> str:
     return fmt.percent(100 * gbps / run.copy_ceiling.gbps)
 
 
-def _commit_note(runs: list[RunRecord], labels: dict[str, str]) -> str:
-    named = [f"{labels[r.gpu_key]} at `{fmt.short_commit(r.git.get('commit'), r.git.get('dirty'))}` "
-             f"({fmt.utc_date(r.started_utc)} UTC)" for r in runs]
+def _commit_note(runs: list[RunRecord], labels: dict[str, str]) -> Md:
+    named = Md("; ").join(compose("{} at {} ({} UTC)", labels[r.gpu_key],
+                                  code(fmt.short_commit(r.git.get("commit"), r.git.get("dirty"))),
+                                  fmt.utc_date(r.started_utc)) for r in runs)
     commits = {r.git.get("commit") for r in runs}
     if len(commits) == 1 and None not in commits:
-        return f"The newest runs are all at one commit: {'; '.join(named)}."
+        return compose("The newest runs are all at one commit: {}.", named)
     differ = sorted({path for a in runs for b in runs for path in changed_sources(a.hashes, b.hashes)})
     if not differ:
-        return (f"The newest runs are at different commits ({'; '.join(named)}), with the same hashed sources: "
-                "they timed the same code.")
-    files = ", ".join(f"`{p}`" for p in differ)
-    return (f"The newest runs are at different commits ({'; '.join(named)}) and timed different code: {files} "
-            "differ between them. Compare them with that in mind.")
+        return compose("The newest runs are at different commits ({}), with the same hashed sources: "
+                       "they timed the same code.", named)
+    files = Md(", ").join(code(p) for p in differ)
+    return compose("The newest runs are at different commits ({}) and timed different code: {} "
+                   "differ between them. Compare them with that in mind.", named, files)
 
 
 def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
@@ -192,7 +196,7 @@ def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
                               "speedup": _speedup(j), "word": badges.word(j.word, j.reason)})
             rows.append({"case": case, "x": x, "cells": cells, "short": short})
         tables.append({"dtype": dtype, "rows": rows, "short_rows": [r for r in rows if r["short"]],
-                       "plot": f"{PLOTS}/{speedup_plot_filename(slug, dtype, clock)}", "long": len(rows) > 12})
+                       "plot": href(f"{PLOTS}/{speedup_plot_filename(slug, dtype, clock)}"), "long": len(rows) > 12})
     return {**base, "gpus": [evidence.gpu_labels[key] for key, _ in found], "dtypes": tables,
             "note": _commit_note(runs, evidence.gpu_labels)}
 
@@ -256,5 +260,5 @@ def history(evidence: Evidence, slug: str) -> dict:
                      for r in mine if r["states"][i]["state"]]
             if ticks:
                 strips.append({"gpu": evidence.gpu_labels[key], "clock": CLOCK_NAMES[clock], "runs": len(ticks),
-                               "html": f'<span class="kl-strip">{"".join(ticks)}</span>'})
+                               "html": Md(f'<span class="kl-strip">{"".join(ticks)}</span>')})
     return {"rows": rows, "strips": strips, "clocks": [CLOCK_NAMES[c] for c in clocks]}

@@ -92,6 +92,11 @@ def _is_sweep(experiment: Experiment, points) -> bool:
     return bool(experiment.x_axis) and all(experiment.x_axis in p.shape for p in points)
 
 
+def plain(text: str) -> str:
+    """A record's text as a plot shows it: as it is, never as mathtext (matplotlib reads $...$ as TeX)."""
+    return text.replace("$", r"\$")
+
+
 def render_plot(experiment: Experiment, run: RunRecord, dtype: str, gpu_label: str | None = None) -> str:
     """The SVG of `run`'s points at `dtype`: a throughput sweep or latency bars (see the module docstring)."""
     points = [p for p in run.points if p.dtype == dtype]
@@ -104,7 +109,7 @@ def render_plot(experiment: Experiment, run: RunRecord, dtype: str, gpu_label: s
                 _sweep(ax, experiment, run, points)
             else:
                 _bars(ax, experiment, run, points)
-            ax.set_title(f"{gpu_label or run.gpu_name} · {dtype} · GPU time", loc="left")
+            ax.set_title(f"{plain(gpu_label or run.gpu_name)} · {dtype} · GPU time", loc="left")
             if not run.is_performance_evidence:
                 fig.text(0.5, 0.5, CPU_EVIDENCE, ha="center", va="center", fontsize=14, color="#b71c1c",
                          alpha=0.6, rotation=12)
@@ -236,6 +241,7 @@ def _speedup_sweep(ax, experiment: Experiment, dtype: str, series) -> None:
     axis = experiment.x_axis
     values, labelled = [], []
     for label, colour, judgements, run in series:
+        label = plain(label)
         at = {(p.case, p.dtype): p.shape[axis] for p in run.points}
         timed = sorted((at[(j.case, j.dtype)], j) for j in judgements
                        if j.dtype == dtype and j.speedup is not None and (j.case, j.dtype) in at)
@@ -266,7 +272,7 @@ def _speedup_cases(ax, experiment: Experiment, dtype: str, series) -> None:
         ratios = [j.speedup.ratio for j in js]
         ax.errorbar(xs, ratios, yerr=[[j.speedup.ratio - j.speedup.low for j in js],
                                       [j.speedup.high - j.speedup.ratio for j in js]],
-                    fmt="o", color=colour, capsize=4, linewidth=1.4, markersize=6, label=label, zorder=3)
+                    fmt="o", color=colour, capsize=4, linewidth=1.4, markersize=6, label=plain(label), zorder=3)
         against = [(x, j.speedup.ratio) for x, j in zip(xs, js) if j.effect == AGAINST]
         _mark_against(ax, [x for x, _ in against], [y for _, y in against], colour, labelled)
     ax.set_xticks(range(len(cases)), [case_tick(c) for c in cases])

@@ -10,15 +10,16 @@ from experiments.spec import Experiment
 from lab.evidence.records import Point, RunRecord
 from lab.publish import formatting as fmt
 from lab.publish.collect import dtypes_in, profile_names
+from lab.publish.escape import Md, code, compose
 from lab.publish.formatting import reader_command
 
 
-def _kernel_names(kernels: Sequence[Mapping]) -> str:
+def _kernel_names(kernels: Sequence[Mapping]) -> Md:
     """"2: `a`, `b`" for a call's kernels in launch order, a repeated name once with its count."""
     counts = dict.fromkeys(k["name"] for k in kernels)
     counts = {name: sum(k["name"] == name for k in kernels) for name in counts}
-    names = ", ".join(f"`{n}`" + (f" ×{c}" if c > 1 else "") for n, c in counts.items())
-    return f"{len(kernels)}: {names}"
+    names = Md(", ").join(code(n) + (f" ×{c}" if c > 1 else "") for n, c in counts.items())
+    return compose("{}: {}", len(kernels), names)
 
 
 def _registers(kernels: Sequence[Mapping]) -> str:
@@ -33,7 +34,7 @@ def _bytes(value: float | None) -> str:
 
 def _profiled_row(point: Point, name: str, facts: Mapping) -> dict:
     if "error" in facts:
-        return {"case": point.case, "profile": name, "error": fmt.table_cell(facts["error"])}
+        return {"case": point.case, "profile": name, "error": facts["error"]}
     totals = facts["totals"]
     duration = totals.get("duration_ns")
     return {

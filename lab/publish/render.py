@@ -2,43 +2,36 @@
 
 `collect_evidence` loads and judges everything; `render_outputs` turns it into a mapping of docs-relative
 paths to file contents (pure: no files touched, so tests compare it with golden files); `write_outputs`
-writes what changed and removes generated files that are no longer produced. Everything is iterated in
-sorted order and the only dates on a page come from records, so unchanged records re-render byte for byte.
+(lab.publish.output) writes what changed and removes the generated files that are no longer produced.
+Everything is iterated in sorted order and the only dates on a page come from records, so unchanged records
+re-render byte for byte.
 
 Links: pages under docs/experiments/ and docs/decisions/ link relatively (../records/<slug>/<id>.json is
 published by the site's hook). Snippets under docs/generated/ are included into pages elsewhere, so their
 links are written from the docs root (/experiments/<slug>.md), which MkDocs resolves for the including
 page when `validation.links.absolute_links` is `relative_to_docs`.
+
+Escaping: the templates render with `finalize=md` (lab.publish.escape), so every `{{ value }}` is escaped for
+Markdown unless it is already safe (an Md or Markup: the project's own text, a badge, a code span, a link).
+Filters: `cell` (a table cell), `indent4` (inside an admonition), `code` (an inline code span of any text),
+`code_block(language)` (a fenced block), `href` (a link target), `e`/`escape` (the same escaping as every
+value gets), `safe` (trusted text, by hand: a macro's output, which was escaped inside it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Mapping
-
 import jinja2
 
-from lab.evidence.store import replace_text
+from lab.evidence.checks import IDENTIFIER, IDENTIFIER_TEXT
 from lab.evidence.verdict import DECISION_RULE, RULE_TEXT
-from lab.publish import badges
+from lab.publish import badges, escape
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.indexes import decision_context, environment_rows, index_rows, summary_rows
+from lab.publish.output import WriteReport, lost_evidence, write_outputs  # noqa: F401 - the render's way out
 from lab.publish.overview import clocks_with_data, performance_verdicts, speedup_series
 from lab.publish.plots import plot_filename, render_plot, render_speedup_plot, speedup_plot_filename
-from lab.publish.views import (
-    GENERATED_DIRS,
-    GENERATED_HEADER,
-    PLOTS_DIR,
-    REFRESH_COMMAND,
-    experiment_page_context,
-)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------------------
+from lab.publish.views import GENERATED_HEADER, PLOTS_DIR, REFRESH_COMMAND, experiment_page_context
 
 
 def _jinja() -> jinja2.Environment:
@@ -48,16 +41,21 @@ def _jinja() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
-        autoescape=False,
+        autoescape=False,  # HTML escaping would not stop Markdown; `finalize` escapes for Markdown instead
+        finalize=escape.md,
     )
-    env.filters["cell"] = fmt.table_cell
+    for name in ("cell", "indent4", "code", "code_block", "href"):
+        env.filters[name] = getattr(escape, name)
+    env.filters["e"] = env.filters["escape"] = escape.md
     env.filters["plural"] = fmt.plural
-    env.filters["indent4"] = lambda text: str(text).replace("\n", "\n    ")
     return env
 
 
 def render_outputs(evidence: Evidence) -> dict[str, str]:
     """Every generated file, as docs-relative path -> content (SVG plots included)."""
+    for slug in (*evidence.experiments, *(d.slug for d in evidence.decisions)):
+        if not IDENTIFIER.fullmatch(slug):  # declared slugs name files and links, as record names do
+            raise ValueError(f"declared slug {slug!r} is not a name of {IDENTIFIER_TEXT}")
     env = _jinja()
     gpu_names = evidence.gpu_names
     legend = env.get_template("snippet_legend.md.j2").render(header=GENERATED_HEADER, legend=badges.legend_rows())
@@ -65,7 +63,7 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
     gpu_columns, experiment_rows = index_rows(evidence, "")
     out["experiments/index.md"] = env.get_template("experiments_index.md.j2").render(
         header=GENERATED_HEADER, gpus=gpu_columns, rows=experiment_rows, any_runs=any(evidence.runs.values()),
-        refresh=REFRESH_COMMAND, legend=legend.split("\n", 2)[2].strip(),
+        refresh=REFRESH_COMMAND, legend=escape.Md(legend.split("\n", 2)[2].strip()),
     )
     for slug, experiment in evidence.experiments.items():
         out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(
@@ -81,7 +79,7 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
                 out[f"{PLOTS_DIR}/{speedup_plot_filename(slug, dtype, clock)}"] = render_speedup_plot(
                     experiment, dtype, series, clock)
         out[f"generated/{slug}.md"] = env.get_template("snippet_experiment.md.j2").render(
-            header=GENERATED_HEADER, e=experiment, link=f"/experiments/{slug}.md",
+            header=GENERATED_HEADER, e=escape.declared(experiment), link=escape.href(f"/experiments/{slug}.md"),
             badges=[{"gpu": evidence.gpu_labels[k], "badge": badges.verdict_badge(v)}
                     for k, v in evidence.verdicts[slug].items() if v.run.is_performance_evidence],
             no_evidence=badges.verdict_badge(None), rows=summary_rows(evidence, slug),
@@ -94,7 +92,7 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
             header=GENERATED_HEADER, refresh=REFRESH_COMMAND, **context)
         decision_pages.append(context)
     out["decisions/index.md"] = env.get_template("decisions_index.md.j2").render(
-        header=GENERATED_HEADER, decisions=decision_pages, rule=DECISION_RULE)
+        header=GENERATED_HEADER, decisions=decision_pages, rule=escape.declared(DECISION_RULE))
     gpu_columns, verdict_rows = index_rows(evidence, "/experiments/")
     out["generated/verdicts.md"] = env.get_template("snippet_verdicts.md.j2").render(
         header=GENERATED_HEADER, gpus=gpu_columns, rows=verdict_rows, refresh=REFRESH_COMMAND)
@@ -102,48 +100,3 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
         header=GENERATED_HEADER, rows=environment_rows(evidence), refresh=REFRESH_COMMAND)
     out["generated/rule.md"] = "\n\n".join((GENERATED_HEADER, *RULE_TEXT, DECISION_RULE)) + "\n"
     return dict(sorted(out.items()))
-
-
-@dataclass
-class WriteReport:
-    written: list[str]
-    unchanged: list[str]
-    removed: list[str]
-
-
-def _is_generated(path: Path) -> bool:
-    if path.suffix == ".svg":
-        return path.parent.as_posix().endswith(PLOTS_DIR) and "--" in path.name
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.readline().rstrip("\n") == GENERATED_HEADER
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-def write_outputs(outputs: Mapping[str, str], docs_dir: Path) -> WriteReport:
-    """Write changed outputs under docs_dir; delete earlier generated files that are no longer produced.
-
-    A file is only ever deleted when it is recognisably generated (the Markdown header, or a plot's
-    <slug>--<gpu>--<dtype>.svg name in the plots folder): hand-written pages are never touched.
-    """
-    docs_dir = Path(docs_dir)
-    report = WriteReport([], [], [])
-    for rel, content in outputs.items():
-        path = docs_dir / rel
-        if path.is_file() and path.read_text(encoding="utf-8") == content:
-            report.unchanged.append(rel)
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        replace_text(path, content)
-        report.written.append(rel)
-    for folder in (*GENERATED_DIRS, PLOTS_DIR):
-        directory = docs_dir / folder
-        if not directory.is_dir():
-            continue
-        for path in sorted(directory.iterdir()):
-            rel = path.relative_to(docs_dir).as_posix()
-            if path.is_file() and rel not in outputs and path.suffix in (".md", ".svg") and _is_generated(path):
-                path.unlink()
-                report.removed.append(rel)
-    return report

@@ -267,7 +267,8 @@ def _hostile_records(records: Path) -> list[str]:
     on every page) and one on the H100 whose profiler attempt failed with a hostile message."""
     from lab.evidence.store import compress, read_json
 
-    base = read_json(sorted((REPO_ROOT / "records" / SLUG).glob("*.json.gz"))[-1])
+    base = next(data for path in sorted((REPO_ROOT / "records" / SLUG).glob("*.json.gz"), reverse=True)
+                if (data := read_json(path)).get("profiling") and data["environment"]["gpu_key"] == "nvidia-h200")
     a = copy.deepcopy(base)
     a["run_id"] = "20991231T000000Z-nvidia-h200-aaaaaa"
     a["started_utc"] = a["finished_utc"] = "2099-12-31T00:00:00Z"

@@ -1,6 +1,6 @@
 """Run records as an attacker would write them: valid JSON that crashes, traverses, wipes or races.
 
-Every case works on a copy of a real record (the newest softmax-row-fusion run) in a folder of its own, goes
+Every case works on a copy of a real record (the newest profiled H200 softmax-row-fusion run) in a folder of its own, goes
 through the command line (tools/build_results.py --render-only) and asserts the named error, the exit code
 (never 1), and that nothing outside the generated folders changed. The pages' escaping is tested in
 tests/test_hostile_pages.py.
@@ -30,7 +30,18 @@ from sitetools import load_tool
 build_results = load_tool("build_results")
 
 SLUG = "softmax-row-fusion"
-BASE_FILE = sorted((REPO_ROOT / "records" / SLUG).glob("*.json.gz"))[-1]
+
+
+def _base_file() -> Path:
+    """The newest H200 run of SLUG with a profiler block: the richest record to corrupt field by field."""
+    for path in sorted((REPO_ROOT / "records" / SLUG).glob("*.json.gz"), reverse=True):
+        data = read_json(path)
+        if data.get("profiling") and data["environment"]["gpu_key"] == "nvidia-h200":
+            return path
+    raise FileNotFoundError(f"no profiled H200 record of {SLUG} under records/")
+
+
+BASE_FILE = _base_file()
 BASE = read_json(BASE_FILE)
 GENERATED = ("docs/experiments", "docs/decisions", "docs/generated", "docs/assets/plots")
 

@@ -40,6 +40,10 @@ class Profile:
     plan: the launch plan it will use for a case and dtype, recorded beside the timing (None if opaque).
     unsupported: a reason this profile cannot run a case and dtype (e.g. a peer's size limit), or None.
     requires: an importable module the profile needs (an optional peer); missing means "unavailable".
+    tolerance: this profile's own accepted error per dtype, for a profile that computes a declared
+        approximation (weight-only quantisation); None: the experiment's.
+    warm: called once with each set of inputs the eager-call clock will cycle through, before any of them is
+        timed (e.g. to capture a CUDA graph per input set); None: nothing to prepare.
     """
 
     name: str
@@ -49,6 +53,8 @@ class Profile:
     plan: Callable[[Case, torch.dtype], Mapping[str, Any] | None] | None = None
     unsupported: Callable[[Case, torch.dtype], str | None] | None = None
     requires: str | None = None
+    tolerance: Mapping[torch.dtype, float] | None = None
+    warm: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,9 @@ class Experiment:
     # first and last rows only (the float64 reference of every row would cost more than the run).
     row_inputs: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Op-by-op breakdown (lab.measure.breakdown): (kernel name, enclosing op labels) -> op name. Declared, every
+    # correct profile's call is also profiled op by op and the record keeps each op's kernel time.
+    breakdown: Callable[[str, tuple[str, ...]], str] | None = None
 
     def profile(self, name: str) -> Profile:
         for p in self.profiles:

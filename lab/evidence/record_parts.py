@@ -148,3 +148,30 @@ def run_profiling(value: Any, where: str) -> dict | None:
             if key not in value:
                 raise RecordError(f"{where}: missing field {key!r}")
     return dict(value)
+
+
+BREAKDOWN = fields({
+    "method": short_text,
+    "calls": integer(1, 1 << 20),
+    "ops": list_of(fields({"op": name_text, "ms": number(0.0, 1e7), "kernels": integer(0, 1 << 20)}),
+                   min_length=1, max_length=64),
+    "kernel_ms": number(0.0, 1e7),
+    "span_ms": number(0.0, 1e7),
+    "gap_ms": number(0.0, 1e7),
+})
+
+
+def breakdown(value: Any, where: str) -> dict | None:
+    """A profile result's op-by-op breakdown (lab.measure.breakdown): null, {"error": why}, or per-call figures in ms: each
+    op's kernel time and kernel count, the kernel time in all, the span from first kernel start to last end
+    and the gap (span minus kernel time); the gap never exceeds the span."""
+    if value is None:
+        return None
+    if isinstance(value, dict) and "error" in value:
+        fields({"error": text()})(value, where)
+        return dict(value)
+    checked = BREAKDOWN(value, where)
+    if checked["gap_ms"] > checked["span_ms"] * (1 + 1e-9):
+        raise RecordError(f"{where}: gap_ms {checked['gap_ms']!r} exceeds span_ms {checked['span_ms']!r}")
+    return dict(value)
+

@@ -17,8 +17,9 @@ Profiler facts (lab.measure.profiling) are such optional fields: a run-level `pr
 null when the run was not profiled) and, per profile result, `profiling` (null where that point was not
 profiled); so is the eager-call clock (lab.measure.eager): per profile result `eager`, per point
 `eager_copies`, per run `eager` (the method), all absent or null in records made before it existed; and so
-are the environment's `host` (runs since it was added) and `worker` (runs made by a cluster worker,
-lab.measure.cluster: where the scheduler placed it).
+are the environment's `host` (runs since it was added), `worker` (runs made by a cluster worker,
+lab.measure.cluster: where the scheduler placed it) and a profile result's `breakdown` (its kernel time op by
+op, lab.measure.breakdown; experiments that declare a classifier only).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from lab.evidence.checks import (MAX_MS, Absent, RecordError, case_name, dimension, fields, got, identifier, integer,
                                  list_of, mapping, number, one_of, optional, run_id, text, time_ms, utc_time)
-from lab.evidence.record_parts import (ENVIRONMENT, GIT, HASHES, MAX_SAMPLES, figure, plan, point_profiling,
+from lab.evidence.record_parts import (ENVIRONMENT, GIT, HASHES, MAX_SAMPLES, breakdown, figure, plan, point_profiling,
                                        run_profiling, samples_ms, short_text)
 
 SCHEMA_VERSION = 1
@@ -122,6 +123,7 @@ class ProfileResult:
     `profiling` holds this point's profiler facts (lab.measure.profiling: Nsight Compute's kernels and their
     totals, or why there are none) and is None where the point was not profiled. `eager` holds the same
     profile on the eager-call clock; None in records made before that clock existed (GPU time only).
+    `breakdown` holds its kernel time op by op (lab.measure.breakdown), None unless the experiment asks.
     """
 
     status: str
@@ -138,6 +140,7 @@ class ProfileResult:
     reason: str | None = None
     profiling: dict | None = None
     eager: EagerResult | None = None
+    breakdown: dict | None = None
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "ProfileResult":
@@ -164,6 +167,7 @@ RESULT_FIELDS = fields({
     "reason": optional(text()),
     "profiling": Absent(point_profiling),
     "eager": Absent(optional(EagerResult.from_dict)),
+    "breakdown": Absent(breakdown),
 })
 
 

@@ -45,6 +45,7 @@ from lab.evidence.records import (
 )
 from lab.evidence.stats import summarize
 from lab.evidence.store import write_record
+from lab.measure.breakdown import measure_breakdown
 from lab.measure.eager import (
     CPU_EAGER,
     GPU_EAGER,
@@ -168,7 +169,8 @@ def measure_point(
 
     for profile in profiles:
         progress(f"checking {profile.name}")
-        results[profile.name] = _check(profile, case, dtype, inputs, ref, rows, tolerance, clock)
+        bound = float(profile.tolerance[dtype]) if profile.tolerance is not None else tolerance
+        results[profile.name] = _check(profile, case, dtype, inputs, ref, rows, bound, clock)
         if results[profile.name].status == "ok":
             calls[profile.name] = functools.partial(profile.run, **inputs)
         else:
@@ -196,6 +198,10 @@ def measure_point(
     if eager is not None and timed:
         progress(f"eager-call clock, {len(timed)} profiles")
         copies = _time_eager_calls(timed, inputs, results, eager, bytes_moved, flops, ceiling_gbps, clock)
+    if experiment.breakdown is not None and device != "cpu":
+        progress(f"op breakdown, {len(timed)} profiles")
+        for p in timed:
+            results[p.name] = replace(results[p.name], breakdown=_breakdown(p, inputs, experiment.breakdown, clock))
     del inputs, reference_inputs, ref, calls
     clock.release()
     return Point(case.name, dict(case.shape), dtype_name(dtype), bytes_moved, flops, tolerance, seed,
@@ -211,6 +217,9 @@ def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, Profi
     count = copies_needed(input_bytes(inputs), eager_clock.copies_past_bytes)
     try:
         sets = input_copies(inputs, count)
+        for p in timed:
+            for s in sets if p.warm is not None else ():
+                p.warm(**s)
         calls = {p.name: [functools.partial(p.run, **s) for s in sets] for p in timed}
         times = time_eager(calls, eager_clock, eager_params)
     except Exception as exc:  # noqa: BLE001 - e.g. no memory for the copies: the GPU-time results stand
@@ -220,6 +229,16 @@ def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, Profi
         results[p.name] = replace(results[p.name], eager=_eager_result(times, p.name, bytes_moved, flops,
                                                                        ceiling_gbps))
     return count
+
+
+def _breakdown(profile: Profile, inputs, classify, clock) -> dict:
+    """The profile's op-by-op breakdown (lab.measure.breakdown), or {"error": why}: a breakdown is an
+    addition to the profile's timings, never a reason to lose them."""
+    try:
+        return measure_breakdown(functools.partial(profile.run, **inputs), classify)
+    except Exception as exc:  # noqa: BLE001 - e.g. a profiler already active, or no CUPTI on this host
+        clock.release()
+        return {"error": describe_exception(exc)}
 
 
 def _eager_result(times: EagerTimes, name: str, bytes_moved: int, flops: int | None,

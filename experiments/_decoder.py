@@ -1,0 +1,322 @@
+"""Profiles, cases, inputs and models shared by the decoder-block experiments (not an experiment itself).
+
+One Llama-style decoder layer at a 7-8B-class shape (kernels/reference_decoder.py: hidden 4,096, 32 query and
+8 key/value heads of 128, intermediate 14,336), bfloat16, weights drawn once per process from a fixed seed
+and shared by every profile. Three ways to run it: torch eager (the plain-PyTorch block, the reference's own
+code), torch.compile of that same module, and the lab's block (kernels/decoder_block.py) built from the lab's
+kernels where the lab has one; weight-only int8 and int4 lab blocks ride along as extra profiles.
+
+Prefill: B sequences of S tokens, causal. Decode: one new token per sequence against a KV cache already holding
+KV positions (drawn, standing for an earlier prefill); the step writes its key and value at position KV and
+attends over KV + 1 keys. Inputs are the hidden states (and at decode the two cache tensors): the weights are
+the same tensors for every call, as in a served model, and at 436 MB they never fit the L2.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from experiments.spec import Case, Profile
+from kernels.decoder_block import LabDecoderBlock, sources_for
+from kernels.reference_decoder import LLAMA_8B, DecoderBlock, DecoderWeights, KVCache
+
+CONFIG = LLAMA_8B
+WEIGHT_SEED = 20_261_123
+PREFILL = ((1, 1024), (2, 2048), (2, 4096), (4, 4096))  # (B, S): 1k, 4k, 8k and 16k tokens
+DECODE = ((1, 1024), (1, 8192), (16, 4096), (64, 1024), (64, 4096))  # (B, KV)
+DECODE_ATTENTION = "sdpa"  # which kernel serves attention at decode in the lab's block (see the notes)
+
+BLOCK_SOURCES = ("kernels/reference_decoder.py",)
+LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kernels/rmsnorm_linear.py",
+               "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py", "kernels/_gemv.py",
+               "kernels/attention.py", "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
+               "kernels/_checks.py")
+QUANT_SOURCES = LAB_SOURCES + ("kernels/dequant_linear.py", "kernels/quantize.py")
+
+# ‖out − ref‖ / ‖ref‖ against the float64 block on the same (unquantised) weights. The output is x plus two
+# branches of bf16 products and norms; the small blocks of tests/test_decoder_block.py measure at most 1.2e-2
+# for the lab's block (the interpreter truncates bf16, about twice the rounding error a GPU makes). The
+# quantised profiles carry the quantisation's own error on every projection, per-channel int8 about 2^-8 of
+# each weight and group-wise int4 about 2^-4: bounded at 5e-2 and 0.3. A dropped rotary, a wrong head grouping
+# or a missing residual changes the output by O(1) and misses every bound.
+TOLERANCE = {torch.bfloat16: 2.5e-2}
+INT8_TOLERANCE = {torch.bfloat16: 5e-2}
+INT4_TOLERANCE = {torch.bfloat16: 3e-1}
+
+PARAMETERS = CONFIG.parameter_count()  # the projections' weights
+
+BYTE_MODEL = (
+    "the projections' weights read once (218.1 M parameters · size), the hidden states read and written once "
+    "(2·T·4096·size for T tokens) and, at decode, the KV cache read once (2·B·8·(KV+1)·128·size): the least a "
+    "layer moves"
+)
+FLOP_MODEL = (
+    "2·T·218.1 M for the projections, plus attention's 4·B·32·128·S²/2 at causal prefill or 4·B·32·128·(KV+1) "
+    "at decode"
+)
+
+
+def prefill_case(batch: int, seq: int) -> Case:
+    return Case(f"prefill-b{batch}-s{seq}", {"B": batch, "S": seq, "KV": 0},
+                f"prefill of {batch} × {seq} tokens ({batch * seq:,} in all), causal")
+
+
+def decode_case(batch: int, kv: int) -> Case:
+    return Case(f"decode-b{batch}-kv{kv}", {"B": batch, "S": 1, "KV": kv},
+                f"decode: {batch} sequence{'s' if batch > 1 else ''} × one new token against {kv:,} cached positions")
+
+
+def cases() -> tuple[Case, ...]:
+    return tuple(prefill_case(b, s) for b, s in PREFILL) + decode_cases()
+
+
+def decode_cases() -> tuple[Case, ...]:
+    return tuple(decode_case(b, kv) for b, kv in DECODE)
+
+
+def is_decode(case: Case) -> bool:
+    return case["KV"] > 0
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def bytes_moved(case: Case, dtype: torch.dtype) -> int:
+    size = element_size(dtype)
+    tokens = case["B"] * case["S"]
+    total = PARAMETERS * size + 2 * tokens * CONFIG.hidden * size
+    if is_decode(case):
+        total += 2 * case["B"] * CONFIG.n_kv_heads * (case["KV"] + 1) * CONFIG.head_dim * size
+    return total
+
+
+def flops(case: Case, dtype: torch.dtype) -> int:
+    tokens = case["B"] * case["S"]
+    width = CONFIG.n_heads * CONFIG.head_dim
+    if is_decode(case):
+        attention = 4 * case["B"] * width * (case["KV"] + 1)
+    else:
+        attention = 4 * case["B"] * width * case["S"] ** 2 // 2
+    return 2 * tokens * PARAMETERS + attention
+
+
+def make_inputs(case: Case, dtype: torch.dtype, device: str, gen: torch.Generator):
+    """x ~ N(0, 1) [B, S, hidden]; at decode also the cache's keys and values [B, 8, KV + 1, 128] ~ N(0, 1),
+    drawn on the device from a seed the CPU generator gives (a 64 × 4,096 cache is half a billion values)."""
+    x = torch.randn(case["B"], case["S"], CONFIG.hidden, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
+    if not is_decode(case):
+        return {"x": x}
+    seed = int(torch.randint(0, 2**62, (1,), generator=gen))
+    cache_gen = torch.Generator(device=device).manual_seed(seed)
+    shape = (case["B"], CONFIG.n_kv_heads, case["KV"] + 1, CONFIG.head_dim)
+    k = torch.randn(shape, generator=cache_gen, device=device, dtype=torch.float32).to(dtype)
+    v = torch.randn(shape, generator=cache_gen, device=device, dtype=torch.float32).to(dtype)
+    return {"x": x, "k_cache": k, "v_cache": v}
+
+
+# --------------------------------------------------------------------------------------------------------
+# The blocks, built once per process and dtype
+# --------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _weights(dtype: torch.dtype, device: str) -> DecoderWeights:
+    return DecoderWeights.random(CONFIG, dtype, device, WEIGHT_SEED)
+
+
+@functools.cache
+def block(kind: str, dtype: torch.dtype, device: str):
+    """kind: "eager", "float64" (the reference: the same module on float64 copies of the `dtype` weights),
+    "lab", "lab-int8" or "lab-int4"."""
+    weights = _weights(dtype, device)
+    if kind == "float64":
+        return DecoderBlock(weights.to(torch.float64), CONFIG)
+    if kind == "eager":
+        return DecoderBlock(weights, CONFIG)
+    quant = {"lab": None, "lab-int8": "int8", "lab-int4": "int4"}[kind]
+    return LabDecoderBlock(weights, CONFIG, quant=quant, decode_attention=DECODE_ATTENTION)
+
+
+@functools.cache
+def _compiled(step: str, dtype: torch.dtype, device: str):
+    """torch.compile of the eager module's prefill (`forward`) or decode step, compiled once per process."""
+    module = block("eager", dtype, device)
+    return torch.compile(module if step == "forward" else module.decode)
+
+
+@functools.cache
+def _positions(seq: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(seq, device=device)
+
+
+def _call(kind: str, x: torch.Tensor, k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
+          weights_dtype: torch.dtype):
+    device = str(x.device)
+    decode = k_cache is not None
+    if kind == "compile":
+        model = _compiled("decode" if decode else "forward", weights_dtype, device)
+    else:
+        model = block(kind, weights_dtype, device)
+        if decode:
+            model = model.decode
+    if not decode:
+        return model(x, _positions(x.shape[1], x.device))
+    return model(x, KVCache(k_cache, v_cache), k_cache.shape[2] - 1)
+
+
+def float64_reference(x: torch.Tensor, k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None):
+    """The plain block in float64 on float64 copies of the weights, one sequence at a time (a 4,096-token
+    sequence's 32 heads of float64 scores take 4 GiB; four at once would crowd the run)."""
+    outs = []
+    for b in range(x.shape[0]):
+        kb = None if k_cache is None else k_cache[b:b + 1].to(torch.float64)  # a copy: the step writes into it
+        vb = None if v_cache is None else v_cache[b:b + 1].to(torch.float64)
+        outs.append(_call("float64", x[b:b + 1].to(torch.float64), kb, vb, x.dtype))
+    return torch.cat(outs)
+
+
+def _runner(kind: str):
+    def run(x: torch.Tensor, k_cache: torch.Tensor | None = None, v_cache: torch.Tensor | None = None):
+        return _call(kind, x, k_cache, v_cache, x.dtype)
+    run.__name__ = f"run_{kind.replace('-', '_')}"
+    return run
+
+
+def _unsupported_on_cpu(case: Case, dtype: torch.dtype) -> str | None:
+    if not torch.cuda.is_available() and (case["B"] * case["S"] > 64 or case["KV"] > 256):
+        return "a 7-8B-class layer at this size is for the GPU; the interpreter runs the tests' small blocks"
+    return None
+
+
+def _quantised_unsupported(case: Case, dtype: torch.dtype) -> str | None:
+    if not is_decode(case):
+        return ("the lab's weight-only kernels serve up to 64 rows (decode); a prefill would run them 64 tokens at a "
+                "time and read every weight once per chunk")
+    return _unsupported_on_cpu(case, dtype)
+
+
+def profiles() -> tuple[Profile, ...]:
+    return (
+        Profile("torch-eager", "the plain-PyTorch block, eager (F.rms_norm, F.linear, SDPA with its default backend)",
+                _runner("eager"), BLOCK_SOURCES, unsupported=_unsupported_on_cpu),
+        Profile("torch.compile", "the same module through torch.compile (default mode and dynamic-shape policy)",
+                _runner("compile"), BLOCK_SOURCES, unsupported=_unsupported_on_cpu),
+        Profile("lab", "the lab's block: fused RMSNorm + QKV, lab attention, fused add + RMSNorm, lab SwiGLU",
+                _runner("lab"), LAB_SOURCES, plan=lambda case, dtype: op_sources("lab", case), unsupported=_unsupported_on_cpu),
+        Profile("lab-int8", "the lab's block with weight-only int8 projections (kernels/dequant_linear.py)",
+                _runner("lab-int8"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int8", case),
+                unsupported=_quantised_unsupported, tolerance=INT8_TOLERANCE),
+        Profile("lab-int4", "the lab's block with weight-only int4 projections (kernels/dequant_linear.py)",
+                _runner("lab-int4"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int4", case),
+                unsupported=_quantised_unsupported, tolerance=INT4_TOLERANCE),
+    )
+
+
+def op_sources(kind: str, case: Case) -> dict[str, str]:
+    """Which implementation serves each op of the lab's block at this case (recorded as the profile's plan)."""
+    quant = {"lab": None, "lab-int8": "int8", "lab-int4": "int4"}[kind]
+    return dict(sources_for(quant, DECODE_ATTENTION, "decode" if is_decode(case) else "prefill"))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Op-by-op breakdown: the label around a kernel's launch, else a class read from the kernel's name
+# --------------------------------------------------------------------------------------------------------
+
+_NAME_CLASSES = (
+    (("gemm", "gemv", "sm90_xmma", "cutlass", "nvjet", "splitk", "matmul", "dequant"), "projections (matmul)"),
+    (("flash", "fmha", "attention", "attn", "cudnn", "sdpa"), "attention"),
+    (("rsqrt", "mean", "rms"), "norms (fused by torch.compile)"),
+    (("silu", "sigmoid", "swiglu"), "swiglu (fused by torch.compile)"),
+    (("cos", "sin", "neg", "cat", "rotary", "rope"), "rotary (fused by torch.compile)"),
+    (("memcpy", "memset", "copy", "index_put", "scatter"), "copies"),
+)
+
+
+def classify(kernel: str, labels: tuple[str, ...]) -> str:
+    """An op name for a kernel: the innermost op label around its launch, else a class of its name."""
+    if labels:
+        return labels[-1]
+    name = kernel.lower()
+    for keys, op in _NAME_CLASSES:
+        if any(key in name for key in keys):
+            return op
+    return "other"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Decode under CUDA-graph replay, as serving engines run it
+# --------------------------------------------------------------------------------------------------------
+
+
+class GraphedDecode:
+    """One decode step of `kind` captured as a CUDA graph per set of input tensors, then replayed.
+
+    A served model keeps its input buffer and KV cache at fixed addresses and replays one captured graph per
+    batch size; here each input set the clocks use (the originals, and the copies the eager-call clock cycles
+    through) gets its own graph, captured by `warm` before any timing. A call replays the graph whose tensors
+    are the call's and returns the graph's output tensor (overwritten by the next replay).
+    """
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+
+    @staticmethod
+    def _key(x, k_cache, v_cache) -> tuple:
+        return tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in (x, k_cache, v_cache))
+
+    def warm(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+        key = self._key(x, k_cache, v_cache)
+        if key in self.graphs:
+            return
+        step = functools.partial(_call, self.kind, x, k_cache, v_cache, x.dtype)
+        side = torch.cuda.Stream(x.device)
+        side.wait_stream(torch.cuda.current_stream(x.device))
+        with torch.cuda.stream(side):  # compile, autotune and allocate outside the capture
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream(x.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = step()
+        self.graphs[key] = (graph, out)
+
+    def __call__(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        entry = self.graphs.get(self._key(x, k_cache, v_cache))
+        if entry is None:
+            self.warm(x, k_cache, v_cache)
+            entry = self.graphs[self._key(x, k_cache, v_cache)]
+        graph, out = entry
+        graph.replay()
+        return out
+
+
+def _graphed(kind: str) -> GraphedDecode:
+    return _GRAPHED.setdefault(kind, GraphedDecode(kind))
+
+
+_GRAPHED: dict[str, GraphedDecode] = {}
+
+
+def _needs_cuda(case: Case, dtype: torch.dtype) -> str | None:
+    if not torch.cuda.is_available():
+        return "CUDA graphs need a CUDA device"
+    return None
+
+
+def graph_profiles() -> tuple[Profile, ...]:
+    def profile(name: str, kind: str, description: str, sources: tuple[str, ...]) -> Profile:
+        graphed = _graphed(kind)
+        return Profile(name, description, graphed, sources, unsupported=_needs_cuda, warm=graphed.warm,
+                       plan=(lambda case, dtype: op_sources(kind, case)) if kind.startswith("lab") else None)
+
+    return (
+        profile("torch-eager-graph", "eager", "the plain-PyTorch decode step captured as a CUDA graph and replayed",
+                BLOCK_SOURCES),
+        profile("torch.compile-graph", "compile", "torch.compile's decode step captured as a CUDA graph and replayed",
+                BLOCK_SOURCES),
+        profile("lab-graph", "lab", "the lab's decode step captured as a CUDA graph and replayed", LAB_SOURCES),
+    )

@@ -1,0 +1,122 @@
+"""Where a call's time goes, op by op: the view and the chart of the records' `breakdown` blocks
+(lab.measure.breakdown).
+
+Per GPU run and dtype: one chart with a panel per case and, in each, one stacked bar per profile: its ops'
+kernel time in launch order, then the gap (the GPU idle between kernels, waiting for the host) hatched, with
+the profile's median time on the GPU-time clock marked beside it. The table under it gives each op's time and
+share of the profile's kernel time, and how far the kernel time lies from the GPU-time clock's median
+(`coverage`: the breakdown's sum over the layer time measured on the other clock).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from experiments.spec import Experiment  # noqa: E402
+from lab.evidence.records import Point, RunRecord  # noqa: E402
+from lab.publish import formatting as fmt  # noqa: E402
+from lab.publish.plots import STYLE, _svg, plain  # noqa: E402
+
+OP_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+              "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94")
+GAP_COLOUR = "#dee2e6"
+COVERAGE_BOUND = 0.05  # the breakdown's kernel time within 5% of the GPU-time clock's median
+
+
+def breakdown_filename(slug: str, gpu_key: str, dtype: str) -> str:
+    """Four '--'-separated parts: never one of the three-part names of the other plots (identifiers hold no
+    '--')."""
+    return f"{slug}--breakdown--{gpu_key}--{dtype}.svg"
+
+
+def _usable(result) -> bool:
+    return result.status == "ok" and isinstance(result.breakdown, Mapping) and "ops" in result.breakdown
+
+
+def has_breakdown(run: RunRecord, dtype: str) -> bool:
+    return any(_usable(r) for p in run.points if p.dtype == dtype for r in p.results.values())
+
+
+def _op_order(points: Sequence[Point]) -> list[str]:
+    order: dict[str, None] = {}
+    for point in points:
+        for result in point.results.values():
+            if _usable(result):
+                order.update(dict.fromkeys(op["op"] for op in result.breakdown["ops"]))
+    return list(order)
+
+
+def breakdown_view(experiment: Experiment, run: RunRecord, dtype: str) -> list[dict]:
+    """Per case: each profile's ops (ms, share of its kernel time), kernel time, gap and coverage."""
+    cases = []
+    for point in (p for p in run.points if p.dtype == dtype):
+        profiles = []
+        for name, result in point.results.items():
+            if not _usable(result):
+                continue
+            b = result.breakdown
+            kernel_ms = b["kernel_ms"]
+            coverage = kernel_ms / result.p50_ms if result.p50_ms else None
+            profiles.append({
+                "name": name,
+                "ops": [{"op": op["op"], "ms": fmt.latency_us(op["ms"]), "kernels": op["kernels"],
+                         "share": f"{100 * op['ms'] / kernel_ms:.0f}%" if kernel_ms > 0 else fmt.DASH}
+                        for op in b["ops"]],
+                "top": max(b["ops"], key=lambda op: op["ms"])["op"],
+                "kernel": fmt.latency_us(kernel_ms),
+                "gap": fmt.latency_us(b["gap_ms"]),
+                "layer": fmt.latency_us(result.p50_ms),
+                "coverage": f"{100 * coverage:.1f}%" if coverage is not None else fmt.DASH,
+                "within": coverage is not None and abs(coverage - 1) <= COVERAGE_BOUND,
+                "calls": b["calls"],
+            })
+        if profiles:
+            cases.append({"case": point.case, "profiles": profiles})
+    return cases
+
+
+def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gpu_label: str) -> str:
+    points = [p for p in run.points if p.dtype == dtype and any(_usable(r) for r in p.results.values())]
+    ops = _op_order(points)
+    colours = {op: OP_PALETTE[i % len(OP_PALETTE)] for i, op in enumerate(ops)}
+    names = [p.name for p in experiment.profiles]
+    with plt.rc_context(STYLE):
+        columns = 2 if len(points) > 1 else 1
+        rows = -(-len(points) // columns)
+        fig, axes = plt.subplots(rows, columns, figsize=(6.2 * columns, 0.55 * len(names) * rows + 1.6 * rows + 1.2),
+                                 squeeze=False)
+        for ax, point in zip(axes.flat, points):
+            shown = [n for n in names if n in point.results and _usable(point.results[n])]
+            for row, name in enumerate(shown):
+                result = point.results[name]
+                left = 0.0
+                for op in result.breakdown["ops"]:
+                    ms = op["ms"] * 1e3
+                    ax.barh(row, ms, left=left, color=colours[op["op"]], height=0.7)
+                    left += ms
+                gap = result.breakdown["gap_ms"] * 1e3
+                ax.barh(row, gap, left=left, color=GAP_COLOUR, hatch="//", edgecolor="#868e96", height=0.7)
+                ax.plot([result.p50_ms * 1e3] * 2, [row - 0.42, row + 0.42], color="#212529", linewidth=1.6)
+            ax.set_yticks(range(len(shown)), [plain(n) for n in shown])
+            ax.invert_yaxis()
+            ax.set_title(plain(point.case))
+            ax.set_xlabel("µs per call")
+            ax.grid(axis="y", visible=False)
+        for ax in list(axes.flat)[len(points):]:
+            ax.set_visible(False)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colours[op]) for op in ops]
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=GAP_COLOUR, hatch="//", edgecolor="#868e96"))
+        handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6))
+        labels = [plain(op) for op in ops] + ["gap (GPU idle)", "GPU-time clock median"]
+        fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.suptitle(plain(f"{experiment.title}: time per call, op by op, {gpu_label}, {dtype}"))
+        legend_rows = -(-len(labels) // 3)
+        fig.tight_layout(rect=(0, 0.045 * legend_rows + 0.02, 1, 0.97))
+        svg = _svg(fig)
+        plt.close(fig)
+    return svg

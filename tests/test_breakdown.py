@@ -1,0 +1,152 @@
+"""The op-by-op breakdown: kernels attributed to calls and ops through the profiler trace's correlation ids,
+per-call kernel time, span and gap; and the record's check of the stored block."""
+
+import pytest
+
+from lab.evidence.checks import RecordError
+from lab.evidence.record_parts import breakdown
+from lab.measure.breakdown import CALL, breakdown_from_trace
+
+
+def _annotation(name, ts, dur, tid=1):
+    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+
+def _launch(correlation, ts, tid=1):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1, "tid": tid,
+            "args": {"correlation": correlation}}
+
+
+def _kernel(name, correlation, ts, dur):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": 7,
+            "args": {"correlation": correlation}}
+
+
+def _classify(kernel: str, labels: tuple[str, ...]) -> str:
+    return labels[-1] if labels else ("matmul" if "gemm" in kernel else "other")
+
+
+def _two_calls():
+    """Two calls of: norm (one kernel), proj (a gemm, unlabelled), attention (two kernels under a label
+    nested in an outer one). Call 2's kernels are twice as long; a kernel launched outside any call is
+    ignored."""
+    events = []
+    corr = 0
+    for i, scale in enumerate((1, 2)):
+        base = 1000 * i
+        events.append(_annotation(CALL, base, 500))
+        events.append(_annotation("norm", base + 10, 20))
+        events.append(_annotation("block", base + 60, 100))
+        events.append(_annotation("attention", base + 70, 50))
+        gpu = base + 100
+        for name, host_ts, dur in (("rms_kernel", base + 15, 10), ("sm90_gemm", base + 40, 40),
+                                   ("attn_a", base + 80, 20), ("attn_b", base + 90, 30)):
+            corr += 1
+            events.append(_launch(corr, host_ts))
+            events.append(_kernel(name, corr, gpu, dur * scale))
+            gpu += dur * scale + 5  # a 5 us gap after each kernel
+    events.append(_launch(99, 5000))
+    events.append(_kernel("stray", 99, 5100, 1000))
+    return events
+
+
+def test_kernels_go_to_their_op_and_call():
+    result = breakdown_from_trace(_two_calls(), _classify)
+    assert result["calls"] == 2
+    ops = {o["op"]: o for o in result["ops"]}
+    assert [o["op"] for o in result["ops"]] == ["norm", "matmul", "attention"]  # in launch order
+    # Mean over the two calls (scale 1 and 2): 1.5 x the unit durations, in ms.
+    assert ops["norm"]["ms"] == pytest.approx(15e-3)
+    assert ops["matmul"]["ms"] == pytest.approx(60e-3)
+    assert ops["attention"]["ms"] == pytest.approx(75e-3)
+    assert ops["attention"]["kernels"] == 2
+    assert "stray" not in ops and "other" not in ops
+    # Per call: kernels 100 or 200 us, three 5 us gaps between four kernels; medians of two values.
+    assert result["kernel_ms"] == pytest.approx(0.150)
+    assert result["gap_ms"] == pytest.approx(0.015)
+    assert result["span_ms"] == pytest.approx(0.165)
+
+
+def test_a_trace_without_calls_is_refused():
+    events = [e for e in _two_calls() if e.get("name") != CALL]
+    with pytest.raises(ValueError, match="no GPU activity"):
+        breakdown_from_trace(events, _classify)
+
+
+def _stored(**change):
+    block = {"method": "m", "calls": 5, "ops": [{"op": "attention", "ms": 0.1, "kernels": 2}],
+             "kernel_ms": 0.1, "span_ms": 0.12, "gap_ms": 0.02}
+    block.update(change)
+    return block
+
+
+def test_the_record_check_accepts_a_breakdown_and_an_error():
+    assert breakdown(_stored(), "b")["ops"][0]["op"] == "attention"
+    assert breakdown({"error": "no CUPTI"}, "b") == {"error": "no CUPTI"}
+    assert breakdown(None, "b") is None
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"gap_ms": 1.0}, "gap_ms"),
+    ({"kernel_ms": -1.0}, "kernel_ms"),
+    ({"ops": []}, "ops"),
+    ({"ops": [{"op": "a\nb", "ms": 0.1, "kernels": 1}]}, "op"),
+    ({"ops": [{"op": "a", "ms": float("nan"), "kernels": 1}]}, "ms"),
+    ({"calls": 0}, "calls"),
+    ({"extra": 1}, "extra"),
+])
+def test_the_record_check_refuses_a_bad_breakdown(change, field):
+    with pytest.raises(RecordError, match=field):
+        breakdown(_stored(**change), "b")
+
+
+# --------------------------------------------------------------------------------------------------------
+# On the page: the chart and the tables, from a fixture record given breakdowns
+# --------------------------------------------------------------------------------------------------------
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures" / "lab"
+sys.path.insert(0, str(FIXTURES))
+import lab_fixture_experiments as fx  # noqa: E402
+
+from lab.publish.breakdown import breakdown_filename  # noqa: E402
+from lab.publish.collect import collect_evidence  # noqa: E402
+from lab.publish.render import render_outputs  # noqa: E402
+
+HOSTILE_OP = "<script>alert(1)</script>|op"
+
+
+def _records_with_breakdowns(tmp_path: Path) -> Path:
+    records = tmp_path / "records"
+    shutil.copytree(FIXTURES / "records" / "fixture-single", records / "fixture-single")
+    path = records / "fixture-single" / "20260302T090000Z-nvidia-test-gpu-b-b2b2b2.json"
+    data = json.loads(path.read_text())
+    for point in data["points"]:
+        for result in point["results"].values():
+            if result["status"] == "ok":
+                p50 = result["p50_ms"]
+                result["breakdown"] = {"method": "synthetic", "calls": 5, "kernel_ms": 0.9 * p50,
+                                       "span_ms": p50, "gap_ms": 0.1 * p50,
+                                       "ops": [{"op": "norm", "ms": 0.3 * p50, "kernels": 1},
+                                               {"op": HOSTILE_OP, "ms": 0.6 * p50, "kernels": 2}]}
+    path.write_text(json.dumps(data))
+    return records
+
+
+def test_a_run_with_breakdowns_gets_a_chart_and_escaped_tables(tmp_path):
+    evidence = collect_evidence(fx.EXPERIMENTS, fx.DECISIONS, _records_with_breakdowns(tmp_path), fx.CURRENT_HASHES)
+    assert not any("b2b2b2" in p.path.name for p in evidence.problems)  # the edited record still reads
+    outputs = render_outputs(evidence)
+    page = outputs["experiments/fixture-single.md"]
+    assert "Where the time goes" in page
+    assert "<script" not in page and "&lt;script" in page
+    assert "90.0%" in page  # kernel time over the GPU-time median, and flagged as more than 5% off
+    assert "(off by more than 5%)" in page
+    charts = [rel for rel in outputs if rel.endswith(breakdown_filename("fixture-single", "nvidia-test-gpu-b", "float32"))]
+    assert len(charts) == 1 and outputs[charts[0]].lstrip().startswith("<?xml")
+    # GPU A's run has no breakdown: no chart and no section for it.
+    assert not any(breakdown_filename("fixture-single", "nvidia-test-gpu-a", "float32") in rel for rel in outputs)

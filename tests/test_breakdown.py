@@ -130,7 +130,7 @@ def _records_with_breakdowns(tmp_path: Path) -> Path:
             if result["status"] == "ok":
                 p50 = result["p50_ms"]
                 result["breakdown"] = {"method": "synthetic", "calls": 5, "kernel_ms": 0.9 * p50,
-                                       "span_ms": p50, "gap_ms": 0.1 * p50,
+                                       "span_ms": 1.1 * p50, "gap_ms": 0.2 * p50,
                                        "ops": [{"op": "norm", "ms": 0.3 * p50, "kernels": 1},
                                                {"op": HOSTILE_OP, "ms": 0.6 * p50, "kernels": 2}]}
     path.write_text(json.dumps(data))
@@ -144,7 +144,7 @@ def test_a_run_with_breakdowns_gets_a_chart_and_escaped_tables(tmp_path):
     page = outputs["experiments/fixture-single.md"]
     assert "Where the time goes" in page
     assert "<script" not in page and "&lt;script" in page
-    assert "90.0%" in page  # kernel time over the GPU-time median, and flagged as more than 5% off
+    assert "110.0%" in page  # the span over the GPU-time median, flagged as more than 5% off
     assert "(off by more than 5%)" in page
     charts = [rel for rel in outputs if rel.endswith(breakdown_filename("fixture-single", "nvidia-test-gpu-b", "float32"))]
     assert len(charts) == 1 and outputs[charts[0]].lstrip().startswith("<?xml")

@@ -1,9 +1,11 @@
 """Op-by-op breakdown of one profile's call: which kernels it ran, how long each op's kernels took on the GPU,
-and how long the GPU sat idle between them.
+and how long the GPU spent between them.
 
-The call runs a few times back to back, eagerly (no device hold: the host issues each kernel as a program
-would), under torch.profiler with CUDA activity (CUPTI). Each call is wrapped in the annotation CALL; the
-code under test may wrap its ops in annotations of their own (`torch.profiler.record_function(label)`, as
+The call runs a few times under torch.profiler with CUDA activity (CUPTI), as the GPU-time clock runs it
+(lab.measure.timing): before each call the L2 is flushed and the device held by a spin kernel while the host
+queues the call, so its kernels run back to back and what separates them is the GPU's own turnaround from
+one kernel to the next, never the host. Each call is wrapped in the annotation CALL; the code under test may
+wrap its ops in annotations of their own (`torch.profiler.record_function(label)`, as
 kernels/reference_decoder.py does). From the profiler's trace:
 
 * every GPU activity (kernel, memset, memcopy) is matched to the host call that launched it through CUPTI's
@@ -14,11 +16,14 @@ kernels/reference_decoder.py does). From the profiler's trace:
   one, the kernel's name otherwise (torch.compile's kernels carry no labels; inductor names its fused kernels
   after the ops inside them);
 * per call: `kernel_ms` the sum of activity durations (one stream: they never overlap), `span_ms` from the
-  first activity's start to the last one's end, `gap_ms` = span - kernel time, the time the GPU waited on the
-  host between kernels. Figures per call are medians over the profiled calls; an op's time is its mean.
+  first activity's start to the last one's end, `gap_ms` = span - kernel time, the GPU's time between
+  kernels with the host out of the way. Figures per call are medians over the profiled calls; an op's time
+  is its mean.
 
-The record keeps the result per profile (lab.evidence.records: ProfileResult.breakdown); the GPU-time clock's
-median of the same point is the layer time the op shares are compared with.
+The span is the call's GPU time as the GPU-time clock measures it, so the ops and the gap add up to that
+clock's median; what a program calling eagerly pays on top (the host's own pace) is the eager-call clock's
+median minus the span, which the pages show beside it. The record keeps the result per profile
+(lab.evidence.records: ProfileResult.breakdown).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import json
 import os
 import statistics
 import tempfile
+import time
 from bisect import bisect_right
 from collections import defaultdict
 from typing import Callable, Mapping, Sequence
@@ -34,28 +40,36 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 CALL = "kernel_lab.call"
-METHOD = ("torch.profiler (CUPTI) over {calls} eager calls after {warmup} warm-up calls: kernel, memset and copy "
-          "durations per op, attributed by the op annotation around each launch (else by kernel name); "
-          "gap = first start to last end, minus kernel time")
+METHOD = ("torch.profiler (CUPTI) over {calls} calls after {warmup} warm-up calls, each flushed and queued behind a "
+          "device hold as on the GPU-time clock: kernel, memset and copy durations per op, attributed by the op "
+          "annotation around each launch (else by kernel name); gap = first start to last end, minus kernel time")
 GPU_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 MAX_OPS = 64  # ops kept per breakdown; the rest are summed into "other"
+PROFILER_SLOWDOWN = 4  # the host queues a call this many times slower under the profiler, at most (the hold's margin)
 
 Classifier = Callable[[str, tuple[str, ...]], str]
 
 
-def measure_breakdown(call: Callable[[], object], classify: Classifier, *, calls: int = 5, warmup: int = 2) -> dict:
-    """The breakdown of `call` (see the module docstring) as the record stores it."""
+def measure_breakdown(call: Callable[[], object], classify: Classifier, clock, *, calls: int = 5,
+                      warmup: int = 2) -> dict:
+    """The breakdown of `call` (see the module docstring) as the record stores it. `clock`: the run's
+    lab.measure.timing.CudaEventClock (its hold and its L2 flush)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
+    queue_ms = 0.0
     for _ in range(warmup):
+        started = time.perf_counter()
         call()
-    torch.cuda.synchronize()
+        queue_ms = max(queue_ms, (time.perf_counter() - started) * 1e3)
+        torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
+            clock.hold(max(1.0, PROFILER_SLOWDOWN * queue_ms))
+            clock.flush()
             with record_function(CALL):
                 call()
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
     fd, path = tempfile.mkstemp(suffix=".json", prefix="kernel-lab-trace-")
     os.close(fd)
     try:

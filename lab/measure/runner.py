@@ -235,7 +235,7 @@ def _breakdown(profile: Profile, inputs, classify, clock) -> dict:
     """The profile's op-by-op breakdown (lab.measure.breakdown), or {"error": why}: a breakdown is an
     addition to the profile's timings, never a reason to lose them."""
     try:
-        return measure_breakdown(functools.partial(profile.run, **inputs), classify)
+        return measure_breakdown(functools.partial(profile.run, **inputs), classify, clock)
     except Exception as exc:  # noqa: BLE001 - e.g. a profiler already active, or no CUPTI on this host
         clock.release()
         return {"error": describe_exception(exc)}

@@ -87,6 +87,14 @@ class CudaEventClock:
     def end_round(self) -> None:
         self._queue_ms = (time.perf_counter() - self._queue_started) * 1e3
 
+    def hold(self, ms: float) -> None:
+        """Keep the device busy for `ms` (a spin kernel), so what the host queues next runs back to back."""
+        torch.cuda._sleep(int(ms * self._cycles_per_ms))
+
+    def flush(self) -> None:
+        """Evict the L2 (write a buffer twice its size), as before every timed call."""
+        self._flush_buffer.zero_()
+
     def measure(self, fn: Callable[[], object]) -> Callable[[], float]:
         """Queue one flushed, timed call of `fn`; the returned reader gives its ms after `settle()`."""
         self._flush_buffer.zero_()

@@ -2,10 +2,11 @@
 (lab.measure.breakdown).
 
 Per GPU run and dtype: one chart with a panel per case and, in each, one stacked bar per profile: its ops'
-kernel time in launch order, then the gap (the GPU idle between kernels, waiting for the host) hatched, with
-the profile's median time on the GPU-time clock marked beside it. The table under it gives each op's time and
-share of the profile's kernel time, and how far the kernel time lies from the GPU-time clock's median
-(`coverage`: the breakdown's sum over the layer time measured on the other clock).
+kernel time in launch order, then the GPU's time between kernels (hatched; the host kept out of the way by
+the device hold), which together make the call's GPU span, then, where the eager-call clock has a figure,
+the time a program calling eagerly waits on the host on top of that (dotted: the eager-call median minus
+the span). The profile's median on the GPU-time clock is marked. The tables under it give each op's time and
+share of the span, and how close the span lies to the GPU-time clock's median (`coverage`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from lab.publish.plots import STYLE, _svg, plain  # noqa: E402
 OP_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
               "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94")
 GAP_COLOUR = "#dee2e6"
-COVERAGE_BOUND = 0.05  # the breakdown's kernel time within 5% of the GPU-time clock's median
+COVERAGE_BOUND = 0.05  # the breakdown's span within 5% of the GPU-time clock's median
 
 
 def breakdown_filename(slug: str, gpu_key: str, dtype: str) -> str:
@@ -51,8 +52,17 @@ def _op_order(points: Sequence[Point]) -> list[str]:
     return list(order)
 
 
+def _host_wait_ms(result) -> float | None:
+    """The eager-call median minus the GPU span: what the host adds per call (None without an eager figure)."""
+    eager = result.eager
+    if eager is None or eager.p50_ms is None:
+        return None
+    return max(0.0, eager.p50_ms - result.breakdown["span_ms"])
+
+
 def breakdown_view(experiment: Experiment, run: RunRecord, dtype: str) -> list[dict]:
-    """Per case: each profile's ops (ms, share of its kernel time), kernel time, gap and coverage."""
+    """Per case: each profile's ops (ms, share of its span), kernel time, gap, span against the GPU-time
+    median, and the host's wait on the eager-call clock."""
     cases = []
     for point in (p for p in run.points if p.dtype == dtype):
         profiles = []
@@ -60,19 +70,23 @@ def breakdown_view(experiment: Experiment, run: RunRecord, dtype: str) -> list[d
             if not _usable(result):
                 continue
             b = result.breakdown
-            kernel_ms = b["kernel_ms"]
-            coverage = kernel_ms / result.p50_ms if result.p50_ms else None
+            span = b["span_ms"]
+            coverage = span / result.p50_ms if result.p50_ms else None
+            wait = _host_wait_ms(result)
             profiles.append({
                 "name": name,
                 "ops": [{"op": op["op"], "ms": fmt.latency_us(op["ms"]), "kernels": op["kernels"],
-                         "share": f"{100 * op['ms'] / kernel_ms:.0f}%" if kernel_ms > 0 else fmt.DASH}
+                         "share": f"{100 * op['ms'] / span:.0f}%" if span > 0 else fmt.DASH}
                         for op in b["ops"]],
                 "top": max(b["ops"], key=lambda op: op["ms"])["op"],
-                "kernel": fmt.latency_us(kernel_ms),
+                "kernel": fmt.latency_us(b["kernel_ms"]),
                 "gap": fmt.latency_us(b["gap_ms"]),
+                "span": fmt.latency_us(span),
                 "layer": fmt.latency_us(result.p50_ms),
                 "coverage": f"{100 * coverage:.1f}%" if coverage is not None else fmt.DASH,
                 "within": coverage is not None and abs(coverage - 1) <= COVERAGE_BOUND,
+                "eager": fmt.latency_us(result.eager.p50_ms) if wait is not None else fmt.DASH,
+                "wait": fmt.latency_us(wait) if wait is not None else fmt.DASH,
                 "calls": b["calls"],
             })
         if profiles:
@@ -101,6 +115,10 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
                     left += ms
                 gap = result.breakdown["gap_ms"] * 1e3
                 ax.barh(row, gap, left=left, color=GAP_COLOUR, hatch="//", edgecolor="#868e96", height=0.7)
+                wait = _host_wait_ms(result)
+                if wait:
+                    ax.barh(row, wait * 1e3, left=left + gap, color="white", hatch="..", edgecolor="#adb5bd",
+                            height=0.7)
                 ax.plot([result.p50_ms * 1e3] * 2, [row - 0.42, row + 0.42], color="#212529", linewidth=1.6)
             ax.set_yticks(range(len(shown)), [plain(n) for n in shown])
             ax.invert_yaxis()
@@ -111,8 +129,10 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
             ax.set_visible(False)
         handles = [plt.Rectangle((0, 0), 1, 1, color=colours[op]) for op in ops]
         handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=GAP_COLOUR, hatch="//", edgecolor="#868e96"))
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="..", edgecolor="#adb5bd"))
         handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6))
-        labels = [plain(op) for op in ops] + ["gap (GPU idle)", "GPU-time clock median"]
+        labels = [plain(op) for op in ops] + ["between kernels (GPU)", "host wait (eager-call clock)",
+                                             "GPU-time clock median"]
         fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
         fig.suptitle(plain(f"{experiment.title}: time per call, op by op, {gpu_label}, {dtype}"))
         legend_rows = -(-len(labels) // 3)

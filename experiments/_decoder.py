@@ -28,8 +28,9 @@ PREFILL = ((1, 1024), (2, 2048), (2, 4096), (4, 4096))  # (B, S): 1k, 4k, 8k and
 DECODE = ((1, 1024), (1, 8192), (16, 4096), (64, 1024), (64, 4096))  # (B, KV)
 DECODE_ATTENTION = "sdpa"  # which kernel serves attention at decode in the lab's block (see the notes)
 
-BLOCK_SOURCES = ("kernels/reference_decoder.py",)
-LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kernels/rmsnorm_linear.py",
+BLOCK_SOURCES = ("kernels/reference_decoder.py", "kernels/kv_cache.py")
+LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kernels/kv_cache.py", "kernels/rotary.py",
+               "kernels/rmsnorm_linear.py",
                "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py", "kernels/_gemv.py",
                "kernels/attention.py", "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
                "kernels/_checks.py")

@@ -76,18 +76,20 @@ def _trailing_values(kernel, args: Sequence, constexprs: dict) -> tuple:
     return tuple(values)
 
 
-def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, **meta) -> Callable[..., None]:
-    """A launcher of `kernel` over `grid` that takes the first `varying` of `args` (tensors) on each call.
+def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, scalars: int = 0, **meta) -> Callable[..., None]:
+    """A launcher of `kernel` over `grid` that takes the first `varying` of `args` on each call.
 
     args: the kernel's leading parameters, positionally, as for `kernel[grid](*args, **meta)`; the first
-    `varying` are tensors, the rest are fixed. meta: constexprs by name and launch options (num_warps, ...).
+    `varying` change between calls: tensors, then the last `scalars` of them plain ints (a parameter the
+    kernel lists in `do_not_specialize`, so no value of it picks another compiled kernel); the rest are
+    fixed. meta: constexprs by name and launch options (num_warps, ...).
     The kernel is compiled here (without launching); the launcher's `.mode` says how it launches: "raw" (the
     compiled launcher's C function), "run" (CompiledKernel.run) or "jit" (kernel[grid], e.g. interpreter).
     """
     grid = tuple(grid) + (1,) * (3 - len(grid))
     fixed = tuple(args[varying:])
     fallback = _jit_launcher(kernel, grid, fixed, meta)
-    tensors = args[:varying]
+    tensors = args[:varying - scalars]
     if not (isinstance(kernel, JITFunction) and tensors and all(isinstance(t, torch.Tensor) and t.is_cuda
                                                                    for t in tensors)):
         return fallback
@@ -102,7 +104,7 @@ def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, **meta) -
             compiled = compiled.result()
         if compiled is None:  # a jit_cache_hook took the compilation over: launch the ordinary way
             return fallback
-        launch = _raw_launcher(compiled, grid, device, tail, fallback)
+        launch = _raw_launcher(compiled, grid, device, tail, fallback, varying - scalars)
     launch.fixed = fixed
     return launch
 
@@ -123,12 +125,24 @@ def _jit_launcher(kernel, grid: tuple, fixed: tuple, meta: dict) -> Callable[...
     return launch
 
 
-def _raw_launcher(compiled, grid: tuple, device: int, tail: tuple, fallback) -> Callable[..., None]:
+def _pointers(n_tensors: int):
+    """varying args -> the launcher's values: tensors' data pointers, then the scalars as they are."""
+    data_ptr = torch.Tensor.data_ptr
+
+    def values(varying):
+        return (*map(data_ptr, varying[:n_tensors]), *varying[n_tensors:])
+
+    return values
+
+
+def _raw_launcher(compiled, grid: tuple, device: int, tail: tuple, fallback, n_tensors: int | None = None) -> Callable[..., None]:
+    """n_tensors: how many leading varying args are tensors (the rest plain ints); None: all of them."""
     runner = compiled.run  # loads the binary on the current device and builds Triton's launcher
     function, packed = compiled.function, compiled.packed_metadata
     gx, gy, gz = grid
     runtime = knobs.runtime  # launch_hooks_idle(), inlined: while a hook is set, launches take kernel[grid]
     data_ptr = torch.Tensor.data_ptr
+    scalars = _pointers(n_tensors)
     c_launch = getattr(runner, "launch", None)
     direct = (
         c_launch is not None
@@ -146,7 +160,8 @@ def _raw_launcher(compiled, grid: tuple, device: int, tail: tuple, fallback) -> 
                     or runtime.launch_exit_hook is not _EXIT_HOOK or _current_device() != device):
                 return fallback(*varying)
             c_launch(gx, gy, gz, _current_stream(device), function, cooperative, pdl, None, None, packed,
-                     None, None, None, *map(data_ptr, varying), *tail)
+                     None, None, None, *(map(data_ptr, varying) if n_tensors is None or len(varying) == n_tensors else scalars(varying)),
+                     *tail)
 
         launch.mode = "raw"
     else:
@@ -156,7 +171,7 @@ def _raw_launcher(compiled, grid: tuple, device: int, tail: tuple, fallback) -> 
                     or runtime.launch_exit_hook is not _EXIT_HOOK or _current_device() != device):
                 return fallback(*varying)
             runner(gx, gy, gz, _current_stream(device), function, packed, None, None, None,
-                   *map(data_ptr, varying), *tail)
+                   *(map(data_ptr, varying) if n_tensors is None or len(varying) == n_tensors else scalars(varying)), *tail)
 
         launch.mode = "run"
     launch.compiled = compiled

@@ -8,11 +8,11 @@ kernels/reference_decoder.py; `LabDecoderBlock.op_sources()` gives this table fo
 
 | label                 | bf16 / fp16 weights                   | quant="int8" / "int4"                         |
 |-----------------------|---------------------------------------|-----------------------------------------------|
-| attn_norm+qkv_proj    | lab: kernels/rmsnorm_linear.py        | (not fused: the weight is quantised)          |
-| attn_norm             |                                       | torch: F.rms_norm (the lab has no lone RMSNorm) |
-| qkv_proj              |                                       | lab: kernels/dequant_linear.py                |
-| rotary                | torch: rotary (kernels/reference_decoder.py), once over q and k together  |
-| kv_cache_write        | torch: Tensor.copy_ into the cache (decode; prefill when given a cache)   |
+| attn_norm+qkv_proj    | decode: lab: kernels/rmsnorm_linear.py (its GEMV, M <= 16; tiled above)  |
+| attn_norm, qkv_proj   | prefill: torch: F.rms_norm, F.linear  | torch: F.rms_norm, lab: kernels/dequant_linear.py |
+| rotary                | lab: kernels/rotary.py: q and k turned, heads split, one pass (prefill)   |
+| rotary+kv_cache_write | lab: kernels/rotary.py, writing k and v into the cache (decode; prefill   |
+|                       | when given a cache)                                                       |
 | attention             | lab: kernels/attention.py: causal at prefill, one query over keys 0..pos  |
 |                       | at decode; or at decode torch: F.scaled_dot_product_attention ("sdpa")    |
 | o_proj                | torch: F.linear                       | lab: kernels/dequant_linear.py                |
@@ -21,6 +21,10 @@ kernels/reference_decoder.py; `LabDecoderBlock.op_sources()` gives this table fo
 | swiglu                | lab: kernels/swiglu.py (swiglu_packed on the merged gate/up output)       |
 | down_proj             | torch: F.linear                       | lab: kernels/dequant_linear.py                |
 | residual_add          | torch: h + d                                                              |
+
+At prefill the QKV projection is torch's F.rms_norm and F.linear, not the lab's fused kernel: at M >= 1,024
+rows the lab's tiled RMSNorm + linear runs at 0.51-0.71x cuBLAS's unfused pair (experiment
+rmsnorm-linear-prefill), and at 1,024 tokens of this block it took 173 us against 81 us for the pair.
 
 The quantised kernels serve at most DOT_MAX_M = 64 rows a launch (they are decode kernels); a prefill of more
 rows runs them 64 rows at a time, each launch reading the whole weight again.
@@ -32,8 +36,7 @@ read once a call; the last column is what a single fused pass moves besides them
 | op                    | weights read                  | FLOPs                     | other bytes                  |
 |-----------------------|-------------------------------|---------------------------|------------------------------|
 | attn_norm+qkv_proj    | 6144*4096*size (50.3 MB bf16) | 2*M*6144*4096             | M*(4096 + 6144)*size         |
-| rotary                |                               | ~4*M*5120                 | 2*M*5120*size (eager: ~5x)   |
-| kv_cache_write        |                               |                           | 4*M*1024*size                |
+| rotary (+ cache write)|                               | ~6*M*5120                 | 2*M*6144*size (eager: ~5x)   |
 | attention, decode     |                               | 4*B*32*L*128              | K, V: 2*B*8*L*128*size       |
 | attention, prefill    |                               | ~2*B*32*S^2*128 (causal)  | 2*M*(4096 + 1024)*size       |
 | o_proj                | 4096*4096*size (33.6 MB)      | 2*M*4096*4096             | 2*M*4096*size                |
@@ -63,6 +66,7 @@ from kernels.kv_cache import KVCache
 from kernels.quantize import GROUP_SIZES, dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 from kernels.reference_decoder import DecoderConfig, DecoderWeights, op_label, rotary, rotary_inv_freq, rotary_tables
 from kernels.rmsnorm_linear import rmsnorm_linear
+from kernels.rotary import rotary_qkv
 from kernels.swiglu import swiglu_packed
 
 __all__ = ["LabDecoderBlock", "SOURCES", "sources_for", "check_decoder_config", "check_decoder_inputs"]
@@ -76,13 +80,14 @@ _INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 _LAB_DEQUANT = "lab: kernels/dequant_linear.py ({}_linear)"
 _COMMON = {
-    "rotary": "torch: rotary (kernels/reference_decoder.py)",
-    "kv_cache_write": "torch: Tensor.copy_ into the cache",
+    "rotary": "lab: kernels/rotary.py",
+    "rotary+kv_cache_write": "lab: kernels/rotary.py (writes k and v into the cache)",
     "attention": "lab: kernels/attention.py",
     "residual_add+mlp_norm": "lab: kernels/add_rmsnorm.py",
     "swiglu": "lab: kernels/swiglu.py (swiglu_packed)",
     "residual_add": "torch: Tensor add",
 }
+_PREFILL_QKV = "torch: F.linear (the lab's fused kernel loses at M >= 1,024: experiment rmsnorm-linear-prefill)"
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -96,22 +101,22 @@ def _check_choice(op: str, name: str, value, accepted: tuple) -> None:
 
 def sources_for(quant: str | None = None, decode_attention: str = "lab", phase: str = "decode") -> dict[str, str]:
     """Op label -> where the op comes from, for the labels a call of `phase` runs, in the order they run
-    (kv_cache_write only at decode: a prefill writes the cache only when given one)."""
+    (a prefill given a cache runs rotary+kv_cache_write in place of rotary)."""
     _check_choice("sources_for", "quant", quant, QUANT)
     _check_choice("sources_for", "decode_attention", decode_attention, DECODE_ATTENTION)
     _check_choice("sources_for", "phase", phase, PHASES)
     if quant is None:
-        head = {"attn_norm+qkv_proj": "lab: kernels/rmsnorm_linear.py"}
         projection = "torch: F.linear"
+        head = ({"attn_norm+qkv_proj": "lab: kernels/rmsnorm_linear.py"} if phase == "decode"
+                else {"attn_norm": "torch: F.rms_norm", "qkv_proj": _PREFILL_QKV})
     else:
         projection = _LAB_DEQUANT.format(quant)
         head = {"attn_norm": "torch: F.rms_norm", "qkv_proj": projection}
     attention_source = _COMMON["attention"]
     if phase == "decode" and decode_attention == "sdpa":
         attention_source = "torch: F.scaled_dot_product_attention"
-    table = {**head, "rotary": _COMMON["rotary"]}
-    if phase == "decode":
-        table["kv_cache_write"] = _COMMON["kv_cache_write"]
+    rotary_label = "rotary+kv_cache_write" if phase == "decode" else "rotary"
+    table = {**head, rotary_label: _COMMON[rotary_label]}
     table.update({"attention": attention_source, "o_proj": projection,
                   "residual_add+mlp_norm": _COMMON["residual_add+mlp_norm"], "gate_up_proj": projection,
                   "swiglu": _COMMON["swiglu"], "down_proj": projection, "residual_add": _COMMON["residual_add"]})
@@ -224,6 +229,7 @@ class LabDecoderBlock(torch.nn.Module):
         self.attn_norm = weights.attn_norm.contiguous()
         self.mlp_norm = weights.mlp_norm.contiguous()
         self.inv_freq = rotary_inv_freq(config, weights.device, torch.float32)
+        self.inv_half = self.inv_freq[:config.head_dim // 2].contiguous()  # the rotary kernel's [D/2]
         # Projection name -> its weight [N, K] (quant None) or (quantised weight, scales).
         self.projections = {name: self._prepare(getattr(weights, name)) for name in PROJECTIONS}
 
@@ -267,34 +273,49 @@ class LabDecoderBlock(torch.nn.Module):
         y = parts[0] if len(parts) == 1 else torch.cat(parts)
         return y.view(*x.shape[:-1], y.shape[-1])
 
-    def _qkv_heads(self, x: torch.Tensor, positions):
-        """(q [B, H, S, D], k [B, Hkv, S, D], v [B, Hkv, S, D]), q and k turned by the rotary embedding."""
+    def _qkv(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
+        """The packed projection [B, S, (H + 2 Hkv) D] of rms_norm(x): the lab's fused kernel at decode, torch's
+        pair at prefill (see the module docstring), the dequantising kernel when quantised."""
         c = self.config
-        if self.quant is None:
+        if self.quant is None and decode:
             with op_label("attn_norm+qkv_proj"):
-                qkv = rmsnorm_linear(x, self.projections["w_qkv"], self.attn_norm, c.eps)
-        else:
-            with op_label("attn_norm"):
-                n = F.rms_norm(x, (c.hidden,), self.attn_norm, c.eps)
-            with op_label("qkv_proj"):
-                qkv = self._project("w_qkv", n)
-        with op_label("rotary"):
-            # q and k side by side, [B, H + Hkv, S, D], turned in one pass of the reference's torch code.
-            heads = c.n_heads + c.n_kv_heads
-            qk = qkv[..., :heads * c.head_dim].unflatten(-1, (heads, c.head_dim)).transpose(1, 2)
-            if positions is None:
-                positions = torch.arange(x.shape[1], device=x.device)
-            cos, sin = rotary_tables(c, positions, x.device, x.dtype, inv_freq=self.inv_freq)
-            qk = rotary(qk, cos, sin)
-            q, k = qk[:, :c.n_heads], qk[:, c.n_heads:]
-            v = qkv[..., heads * c.head_dim:].unflatten(-1, (c.n_kv_heads, c.head_dim)).transpose(1, 2)
-        return q, k, v
+                return rmsnorm_linear(x, self.projections["w_qkv"], self.attn_norm, c.eps)
+        with op_label("attn_norm"):
+            n = F.rms_norm(x, (c.hidden,), self.attn_norm, c.eps)
+        with op_label("qkv_proj"):
+            return self._project("w_qkv", n)
+
+    def _qkv_heads(self, x: torch.Tensor, positions, cache: KVCache | None, start: int, decode: bool):
+        """(q [B, H, S, D], k, v [B, Hkv, S, D]), q and k turned by the rotary embedding (kernels/rotary.py); with
+        a cache, k and v are written into its positions start..start+S-1 and returned as views of it."""
+        c = self.config
+        qkv = self._qkv(x, decode)
+        seq = x.shape[1]
+        if isinstance(positions, torch.Tensor) and positions.dim() == 2:  # per-sequence positions: torch's rotary
+            with op_label("rotary"):
+                return self._torch_rotary(qkv, positions)
+        if cache is not None:
+            cache.check_position(start, seq)
+        with op_label("rotary" if cache is None else "rotary+kv_cache_write"):
+            k_out = None if cache is None else cache.k[:, :, start:start + seq]
+            v_out = None if cache is None else cache.v[:, :, start:start + seq]
+            return rotary_qkv(qkv, c.n_heads, c.n_kv_heads, c.head_dim, self.inv_half,
+                              start if positions is None else positions, k_out=k_out, v_out=v_out)
+
+    def _torch_rotary(self, qkv: torch.Tensor, positions: torch.Tensor):
+        c = self.config
+        heads = c.n_heads + c.n_kv_heads
+        qk = qkv[..., :heads * c.head_dim].unflatten(-1, (heads, c.head_dim)).transpose(1, 2)
+        cos, sin = rotary_tables(c, positions, qkv.device, qkv.dtype, inv_freq=self.inv_freq)
+        qk = rotary(qk, cos, sin)
+        v = qkv[..., heads * c.head_dim:].unflatten(-1, (c.n_kv_heads, c.head_dim)).transpose(1, 2)
+        return qk[:, :c.n_heads], qk[:, c.n_heads:], v
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None, cache: KVCache | None = None):
         check_decoder_inputs("LabDecoderBlock.forward", self.config, self.dtype, x, positions=positions, cache=cache)
         batch, seq, _ = x.shape
-        q, k, v = self._qkv_heads(x, positions)
-        if cache is not None:
+        q, k, v = self._qkv_heads(x, positions, cache, 0, decode=False)
+        if cache is not None and isinstance(positions, torch.Tensor) and positions.dim() == 2:
             with op_label("kv_cache_write"):
                 cache.write(0, k, v)
         with op_label("attention"):
@@ -307,9 +328,7 @@ class LabDecoderBlock(torch.nn.Module):
             raise TypeError("LabDecoderBlock.decode: needs a KVCache and the int position pos of the new token.")
         check_decoder_inputs("LabDecoderBlock.decode", self.config, self.dtype, x, cache=cache, pos=pos)
         batch = x.shape[0]
-        q, k, v = self._qkv_heads(x, pos)
-        with op_label("kv_cache_write"):
-            cache.write(pos, k, v)
+        q, _, _ = self._qkv_heads(x, None, cache, pos, decode=True)
         with op_label("attention"):
             keys, values = cache.keys(pos + 1), cache.values(pos + 1)
             if self.decode_attention == "lab":

@@ -34,7 +34,7 @@ __all__ = ["OPS", "DecoderConfig", "LLAMA_8B", "DecoderWeights", "KVCache", "Dec
 # The labels of the block's ops, in the order they run; the fused ops of kernels/decoder_block.py carry the
 # joined names of the ops they replace.
 OPS = (
-    "attn_norm", "qkv_proj", "attn_norm+qkv_proj", "rotary", "kv_cache_write", "attention", "o_proj",
+    "attn_norm", "qkv_proj", "attn_norm+qkv_proj", "rotary", "kv_cache_write", "rotary+kv_cache_write", "attention", "o_proj",
     "residual_add", "mlp_norm", "residual_add+mlp_norm", "gate_up_proj", "swiglu", "down_proj",
 )
 

@@ -313,7 +313,11 @@ def test_every_op_of_the_lab_block_runs_under_one_label(quant, decode_attention,
     for phase, labels in (("prefill", prefill), ("decode", decode)):
         sources = lab.op_sources(phase)
         assert list(dict.fromkeys(labels)) == list(sources), phase  # each label of the table, in order
-    assert set(decode) == set(prefill) | {"kv_cache_write"}
+    # Decode turns q and k while writing the cache, in one op; at prefill without a cache the rotary op only
+    # turns. The lab's fused RMSNorm + QKV serves decode only when unquantised.
+    fused_head = {"attn_norm+qkv_proj"} if quant is None else set()
+    split_head = {"attn_norm", "qkv_proj"} if quant is None else set()
+    assert set(decode) - fused_head - {"rotary+kv_cache_write"} == set(prefill) - split_head - {"rotary"}
 
 
 def test_every_op_of_the_reference_runs_under_one_label():
@@ -340,7 +344,9 @@ def test_sources_name_the_implementation_of_each_configuration():
     assert "attn_norm+qkv_proj" not in int4 and int4["attn_norm"] == "torch: F.rms_norm"
     for label in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
         assert int4[label] == "lab: kernels/dequant_linear.py (int4_linear)"
-    assert "kv_cache_write" not in sources_for(phase="prefill")
+    assert "rotary+kv_cache_write" not in sources_for(phase="prefill")
+    assert sources_for(phase="prefill")["qkv_proj"].startswith("torch: F.linear")
+    assert sources_for(phase="decode")["rotary+kv_cache_write"].startswith("lab: kernels/rotary.py")
     with pytest.raises(ValueError, match="phase must be one of 'decode', 'prefill', got 'train'"):
         sources_for(phase="train")
     with pytest.raises(ValueError, match="quant must be one of None, 'int8', 'int4', got 'fp8'"):

@@ -73,6 +73,16 @@ def test_raw_route_passes_the_c_launcher_its_arguments_in_order(fake_device):
     assert fallback_calls == [] and compiled.run.run_calls == []
 
 
+def test_raw_route_passes_varying_scalars_as_they_are(fake_device):
+    compiled = _FakeCompiled()
+    x = torch.zeros(4, 8)
+    launch = _launch._raw_launcher(compiled, (4, 1, 1), 0, (8,), lambda *a: None, n_tensors=1)
+    launch(x, 1234)
+    launch(x, 7)  # a plain int, never a pointer: each call's value goes through
+    tails = [call[13:] for call in compiled.run.calls]
+    assert tails == [(x.data_ptr(), 1234, 8), (x.data_ptr(), 7, 8)]
+
+
 def test_raw_route_with_scratch_memory_goes_through_compiled_run(fake_device):
     compiled = _FakeCompiled(scratch=128)
     x = torch.zeros(3)

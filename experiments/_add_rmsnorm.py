@@ -13,7 +13,7 @@ from kernels import reference_fusions as ref
 from kernels.add_rmsnorm import add_rmsnorm, plan_add_rmsnorm, sm_count
 
 EPS = 1e-6
-KERNEL_SOURCES = ("kernels/add_rmsnorm.py", "kernels/_checks.py")
+KERNEL_SOURCES = ("kernels/add_rmsnorm.py", "kernels/_checks.py", "kernels/_launch.py")
 REFERENCE_SOURCES = ("kernels/reference_fusions.py",)
 
 # (tokens T, hidden H): two decode batches, then prefill and training sizes from 2k to 16k features, where

@@ -12,7 +12,7 @@ from experiments.spec import Case, Profile
 from kernels import reference_fusions as ref
 from kernels.swiglu import plan_swiglu, swiglu
 
-KERNEL_SOURCES = ("kernels/swiglu.py", "kernels/_checks.py")
+KERNEL_SOURCES = ("kernels/swiglu.py", "kernels/_checks.py", "kernels/_launch.py")
 REFERENCE_SOURCES = ("kernels/reference_fusions.py",)
 
 # (tokens T, intermediate size I): two decode batches, then 4k to 32k tokens at the MLP widths of common

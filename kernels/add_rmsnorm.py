@@ -45,6 +45,7 @@ import triton
 import triton.language as tl
 
 from kernels._checks import check_device, check_dtype, interpreter_enabled
+from kernels._launch import aligned, bind, stream_workspace
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DIRECTIONS = ("forward", "backward")
@@ -347,6 +348,42 @@ def check_add_rmsnorm_inputs(op: str, x, residual, gamma, eps) -> None:
     check_device(op, x, residual, gamma)
 
 
+# Inference routes: for a layout seen before (contiguous x and residual, no gradient wanted), a bound launcher
+# of the forward kernel (kernels/_launch.py) and nothing else: no checks, no autograd, no plan; rstd, which only
+# the backward reads, goes to a per-stream workspace instead of a new tensor.
+_ROUTES: dict[tuple, object] = {}
+
+
+def _route_key(x, residual, gamma, eps) -> tuple:
+    return (x.__class__, residual.__class__, gamma.__class__, x.shape, x.stride(), residual.shape, residual.stride(),
+            gamma.shape, gamma.stride(), x.dtype, residual.dtype, gamma.dtype, x.device, residual.device,
+            gamma.device, aligned(x), aligned(residual), aligned(gamma), eps.__class__, eps)
+
+
+def _build_route(x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor, eps: float):
+    """The inference launcher for x's layout, or None where the checked path must run (views that are not
+    plain rows)."""
+    if not (x.is_contiguous() and residual.is_contiguous() and gamma.is_contiguous()):
+        return None
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols
+    plan = plan_add_rmsnorm(n_rows, n_cols, x.dtype, "forward")
+    shape, dtype, device = x.shape, x.dtype, x.device
+    h, y = torch.empty_like(x), torch.empty_like(x)
+    rstd = stream_workspace("add_rmsnorm.rstd", n_rows, torch.float32, device)
+    launch = bind(_add_rmsnorm_fwd_kernel, (plan.grid,),
+                  (x, residual, gamma, h, y, rstd, n_cols, n_cols, n_cols, n_cols, n_cols, float(eps)), varying=6,
+                  BLOCK_H=plan.block_h, ROW_OFFSET_64=n_rows * n_cols > 2**31 - 1, num_warps=plan.num_warps)
+
+    def route(x, residual, gamma):
+        h = torch.empty(shape, dtype=dtype, device=device)
+        y = torch.empty(shape, dtype=dtype, device=device)
+        launch(x, residual, gamma, h, y, stream_workspace("add_rmsnorm.rstd", n_rows, torch.float32, device))
+        return h, y
+
+    return route
+
+
 def add_rmsnorm(
     x: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,8 +394,26 @@ def add_rmsnorm(
     x's shape and dtype. The sum of squares and the normalisation run in fp32 on h as stored. Gradients reach
     x, residual and gamma from both outputs (h is usually carried on as the next residual stream).
     """
+    compiling = torch.compiler.is_compiling()
+    wants_grad = torch.is_grad_enabled() and (getattr(x, "requires_grad", False) or
+                                              getattr(residual, "requires_grad", False) or
+                                              getattr(gamma, "requires_grad", False))
+    key = None
+    if not (compiling or wants_grad):
+        try:
+            key = _route_key(x, residual, gamma, eps)
+            route = _ROUTES.get(key)
+        except Exception:  # noqa: BLE001 - not tensors, or no storage: the checks say what is wrong
+            key, route = None, None
+        if route is not None:
+            return route(x, residual, gamma)
     check_add_rmsnorm_inputs("add_rmsnorm", x, residual, gamma, eps)
     if x.numel() == 0:  # no rows: nothing to launch; torch keeps autograd's graph
         h = x + residual
         return h, h * gamma
+    if key is not None:
+        route = _build_route(x, residual, gamma, eps)
+        if route is not None:
+            _ROUTES[key] = route
+            return route(x, residual, gamma)
     return AddRmsNormFunction.apply(x, residual, gamma, float(eps))

@@ -591,3 +591,37 @@ def test_post_counts_follow_the_byte_models():
     for name, (unfused, fused) in want.items():
         assert found[name][1] == "$T = 16384,\\ H = 4096$"
         assert found[name][2:] == [f"{unfused / 1e6:.1f} MB", f"{fused / 1e6:.1f} MB"], name
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Inference routes: reused only for their layout, never in place of a check or of autograd
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_inference_routes_follow_the_layout_and_keep_the_checks(device, gen):
+    ar = importlib.import_module("kernels.add_rmsnorm")
+    ar._ROUTES.clear()
+    base = torch.randn(2 * 3 * 64 + 4, generator=gen).to(device)
+    r = torch.randn(3, 64, generator=gen).to(device)
+    g = 1 + 0.1 * torch.randn(64, generator=gen).to(device)
+    x = base[:3 * 64].view(3, 64)
+    for _ in range(2):
+        h, y = add_rmsnorm(x, r, g, 1e-6)
+    assert len(ar._ROUTES) == 1
+    shifted = base[1:1 + 3 * 64].view(3, 64)  # 4 bytes off: another alignment, another route
+    add_rmsnorm(shifted, r, g, 1e-6)
+    add_rmsnorm(x, r, g, 1e-5)  # another eps
+    assert len(ar._ROUTES) == 3
+    for xi, eps in ((x, 1e-6), (shifted, 1e-6), (x, 1e-5)):
+        h, y = add_rmsnorm(xi, r, g, eps)
+        expected = (xi.double() + r.double())
+        assert rel_err(h, expected) <= 1e-6
+        rms = expected.pow(2).mean(-1, keepdim=True).add(eps).rsqrt()
+        assert rel_err(y, expected * rms * g.double()) <= 1e-5
+    with pytest.raises(ValueError, match="eps must be finite"):  # a bad value after a cached call: still refused
+        add_rmsnorm(x, r, g, float("nan"))
+    with pytest.raises(ValueError, match="residual must have the shape of x"):
+        add_rmsnorm(x, r[:2], g, 1e-6)
+    xg = x.clone().requires_grad_(True)  # a gradient wanted: autograd's path, not the route
+    h, y = add_rmsnorm(xg, r, g, 1e-6)
+    assert h.grad_fn is not None and y.grad_fn is not None

@@ -331,13 +331,15 @@ def test_offsets_switch_to_64_bits_where_a_block_could_reach_2_to_the_31():
 
 def test_contiguous_operands_launch_flat_and_strided_ones_by_rows(device, gen, monkeypatch):
     seen = []
-    real = sw_module.swiglu_fwd
+    real = sw_module._plan_for
 
-    def recording(a, b, plan, out=None):
+    def recording(direction, *matrices):  # every forward path plans here: autograd's and the inference route
+        plan = real(direction, *matrices)
         seen.append(plan)
-        return real(a, b, plan, out)
+        return plan
 
-    monkeypatch.setattr(sw_module, "swiglu_fwd", recording)
+    monkeypatch.setattr(sw_module, "_plan_for", recording)
+    sw_module._PACKED_ROUTES.clear()
     a, b = _operands((3, 5, 7), torch.float32, device, gen)
     swiglu(a, b)
     swiglu(a.transpose(0, 1), b.transpose(0, 1))  # both strided alike: rows of 7 (a copy each)
@@ -452,3 +454,34 @@ def test_post_counts_follow_the_byte_models():
     assert set(found) == set(want)
     for name, (unfused, fused) in want.items():
         assert found[name][2:] == [f"{unfused / 1e6:.1f} MB", f"{fused / 1e6:.1f} MB"], name
+
+
+def test_packed_inference_routes_follow_the_layout_and_keep_autograd(device, gen):
+    sw_module._PACKED_ROUTES.clear()
+    ab = torch.randn(4, 2 * 24, generator=gen).to(device)
+    first = swiglu_packed(ab)
+    swiglu_packed(ab.clone())
+    assert len(sw_module._PACKED_ROUTES) == 1
+    swiglu_packed(ab.view(2, 2, 48))  # another shape
+    swiglu_packed(torch.randn(4 * 48 + 1, generator=gen).to(device)[1:].view(4, 48))  # another alignment
+    assert len(sw_module._PACKED_ROUTES) == 3
+    a, b = ab[:, :24].double(), ab[:, 24:].double()
+    assert rel_err(first, a * torch.sigmoid(a) * b) <= 1e-6
+    with pytest.raises(ValueError, match="ab must have shape"):
+        swiglu_packed(ab[:, :47])
+    grad_in = ab.clone().requires_grad_(True)
+    assert swiglu_packed(grad_in).grad_fn is not None
+
+
+def test_inference_routes_of_two_operands_follow_the_layout(device, gen):
+    sw_module._ROUTES.clear()
+    a, b = _operands((3, 8), torch.float32, device, gen)
+    first = swiglu(a, b)
+    swiglu(a.clone(), b.clone())
+    assert len(sw_module._ROUTES) == 1
+    swiglu(a.view(4, 6), b.view(4, 6))  # another shape
+    swiglu(a.t(), b.t())  # strided: autograd's checked path, no route
+    assert len(sw_module._ROUTES) == 2
+    assert rel_err(first, a.double() * torch.sigmoid(a.double()) * b.double()) <= 1e-6
+    with pytest.raises(ValueError, match="a and b must have the same shape"):
+        swiglu(a, b[:2])

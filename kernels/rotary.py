@@ -135,11 +135,16 @@ def rotary_qkv(qkv: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int, 
         key = (qkv.shape, qkv.stride(), qkv.dtype, qkv.device, n_heads, n_kv_heads, head_dim, pos_tensor,
                None if k_out is None else (k_out.stride(), k_out.dtype, aligned(k_out)),
                None if v_out is None else (v_out.stride(), v_out.dtype, aligned(v_out)),
-               aligned(qkv), aligned(inv_freq), aligned(positions) if pos_tensor else None)
+               aligned(qkv), inv_freq.__class__, inv_freq.shape, inv_freq.stride(), inv_freq.dtype, inv_freq.device,
+               aligned(inv_freq),
+               (positions.shape, positions.stride(), positions.dtype, positions.device, aligned(positions))
+               if pos_tensor else None,
+               None if k_out is None else (k_out.shape, k_out.device),
+               None if v_out is None else (v_out.shape, v_out.device))
         route = _ROUTES.get(key)
     except Exception:  # noqa: BLE001 - not tensors, or unhashable: the checks say what is wrong
         route = None
-    if route is None or torch.compiler.is_compiling():
+    if route is None or torch.compiler.is_compiling() or not (pos_tensor or (type(positions) is int and positions >= 0)):
         _check("rotary_qkv", qkv, n_heads, n_kv_heads, head_dim, inv_freq, positions, k_out, v_out)
     batch, seq = qkv.shape[:2]
     q = torch.empty((batch, n_heads, seq, head_dim), dtype=qkv.dtype, device=qkv.device)

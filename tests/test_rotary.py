@@ -108,6 +108,7 @@ def test_bad_input_is_named(change, message, device):
         args["positions"] = torch.zeros(2, device=device)
     if args["k_out"] == "short":
         args["k_out"] = torch.zeros(1, HKV, 1, D, device=device)
+    rotary_qkv(torch.zeros(1, 2, (H + 2 * HKV) * D, device=device), H, HKV, D, _inv_half(device), 0)  # a route, cached
     with pytest.raises((ValueError, TypeError), match=message):
         rotary_qkv(args.pop("qkv"), args.pop("n_heads"), args.pop("n_kv_heads"), args.pop("head_dim"),
                    args.pop("inv_freq"), args.pop("positions"), **args)

@@ -230,6 +230,7 @@ class LabDecoderBlock(torch.nn.Module):
         self.mlp_norm = weights.mlp_norm.contiguous()
         self.inv_freq = rotary_inv_freq(config, weights.device, torch.float32)
         self.inv_half = self.inv_freq[:config.head_dim // 2].contiguous()  # the rotary kernel's [D/2]
+        self._checked: set[tuple] = set()  # layouts of decode steps that passed check_decoder_inputs
         # Projection name -> its weight [N, K] (quant None) or (quantised weight, scales).
         self.projections = {name: self._prepare(getattr(weights, name)) for name in PROJECTIONS}
 
@@ -294,9 +295,7 @@ class LabDecoderBlock(torch.nn.Module):
         if isinstance(positions, torch.Tensor) and positions.dim() == 2:  # per-sequence positions: torch's rotary
             with op_label("rotary"):
                 return self._torch_rotary(qkv, positions)
-        if cache is not None:
-            cache.check_position(start, seq)
-        with op_label("rotary" if cache is None else "rotary+kv_cache_write"):
+        with op_label("rotary" if cache is None else "rotary+kv_cache_write"):  # the caller checked the position
             k_out = None if cache is None else cache.k[:, :, start:start + seq]
             v_out = None if cache is None else cache.v[:, :, start:start + seq]
             return rotary_qkv(qkv, c.n_heads, c.n_kv_heads, c.head_dim, self.inv_half,
@@ -326,7 +325,17 @@ class LabDecoderBlock(torch.nn.Module):
     def decode(self, x: torch.Tensor, cache: KVCache, pos: int) -> torch.Tensor:
         if cache is None or pos is None:
             raise TypeError("LabDecoderBlock.decode: needs a KVCache and the int position pos of the new token.")
-        check_decoder_inputs("LabDecoderBlock.decode", self.config, self.dtype, x, cache=cache, pos=pos)
+        # A step whose tensors have a layout checked before, at a position inside the cache, skips the checks:
+        # nothing the checks read can differ (kernels' own routes re-check what they depend on).
+        try:
+            key = (x.__class__, x.shape, x.dtype, x.device, cache.__class__, cache.k.shape, cache.k.dtype,
+                   cache.k.device, cache.v.shape, cache.v.dtype, cache.v.device)
+            seen = key in self._checked and type(pos) is int and 0 <= pos < cache.k.shape[2]
+        except Exception:  # noqa: BLE001 - not tensors, not a cache: the checks say what is wrong
+            key, seen = None, False
+        if not seen:
+            check_decoder_inputs("LabDecoderBlock.decode", self.config, self.dtype, x, cache=cache, pos=pos)
+            self._checked.add(key)
         batch = x.shape[0]
         q, _, _ = self._qkv_heads(x, None, cache, pos, decode=True)
         with op_label("attention"):

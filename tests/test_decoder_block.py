@@ -397,6 +397,7 @@ def test_bad_calls_are_named_with_what_is_accepted(device):
     x = _x((BATCH, 1, CONFIG.hidden), torch.bfloat16).to(device)
     cache = KVCache.allocate(CONFIG, BATCH, CAPACITY, torch.bfloat16, device)
     full = r"KV cache holds 40 positions; position 40 is past its end"
+    lab.decode(x, cache, 3)  # this layout now skips the checks: a bad position must still be refused
     for block in (lab, ref):
         with pytest.raises(ValueError, match=full):
             block.decode(x, cache, CAPACITY)

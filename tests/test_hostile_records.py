@@ -466,3 +466,36 @@ def test_every_schema_table_names_exactly_its_dataclass_fields():
 
     for cls, table in SCHEMA_TABLES.items():
         assert set(table.table) == {f.name for f in dataclasses.fields(cls)} - {"path"}, cls.__name__
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The matmul peak (the roofline's flat roof): optional, and checked when present
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("peak, field", [
+    ({"tflops": -1.0, "m": 8, "n": 8, "k": 8, "dtype": "bfloat16", "samples_ms": [1.0]}, "tflops"),
+    ({"tflops": 1.0, "m": 8, "n": 8, "k": 8, "dtype": "bfloat16", "samples_ms": [1.0]}, "does not follow"),
+    ({"tflops": 1.0, "m": 0, "n": 8, "k": 8, "dtype": "bfloat16", "samples_ms": [1.0]}, "m"),
+    ({"tflops": 1.0, "m": 8, "n": 8, "k": 8, "dtype": "bf 16", "samples_ms": [1.0]}, "dtype"),
+    ({"tflops": 1.0, "m": 8, "n": 8, "k": 8, "dtype": "bfloat16", "samples_ms": []}, "samples_ms"),
+    ("fast", "matmul_peak"),
+])
+def test_a_bad_matmul_peak_is_refused_by_name(peak, field):
+    from lab.evidence.checks import RecordError
+    from lab.evidence.records import MatmulPeak, RECORD_FIELDS
+
+    with pytest.raises(RecordError, match=field):
+        if isinstance(peak, dict):
+            MatmulPeak.from_dict(peak, "record.matmul_peak")
+        else:
+            RECORD_FIELDS.table["matmul_peak"].check(peak, "record.matmul_peak")
+
+
+def test_a_matmul_peak_that_adds_up_is_read():
+    from lab.evidence.records import MatmulPeak
+
+    # 2 * 8192^3 FLOPs in 1.8 ms: about 611 TFLOP/s.
+    peak = MatmulPeak.from_dict({"tflops": 610.8, "m": 8192, "n": 8192, "k": 8192, "dtype": "bfloat16",
+                                 "samples_ms": [1.79, 1.8, 1.81]}, "record.matmul_peak")
+    assert peak.tflops == 610.8 and peak.samples_ms == (1.79, 1.8, 1.81)

@@ -233,6 +233,37 @@ CEILING_FIELDS = fields({
 
 
 @dataclass(frozen=True)
+class MatmulPeak:
+    """A dense matmul's TFLOP/s in the same run (the roofline's flat roof): 2·m·n·k over the median sample."""
+
+    tflops: float
+    m: int
+    n: int
+    k: int
+    dtype: str
+    samples_ms: tuple[float, ...]
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "MatmulPeak":
+        peak = _build(cls, PEAK_FIELDS, data, where)
+        implied = 2 * peak.m * peak.n * peak.k / (sorted(peak.samples_ms)[len(peak.samples_ms) // 2] * 1e-3) / 1e12
+        if not 0.5 * implied <= peak.tflops <= 2 * implied:
+            raise RecordError(f"{where}.tflops: {peak.tflops!r} does not follow from 2·m·n·k over the samples' median "
+                              f"(about {implied:.4g})")
+        return peak
+
+
+PEAK_FIELDS = fields({
+    "tflops": number(0.0, 1e6, above=True),
+    "m": integer(1, 1 << 20),
+    "n": integer(1, 1 << 20),
+    "k": integer(1, 1 << 20),
+    "dtype": identifier,
+    "samples_ms": list_of(time_ms, min_length=1, max_length=MAX_SAMPLES),
+})
+
+
+@dataclass(frozen=True)
 class TimingMethod:
     """How the samples were taken, so a reader can judge (and a later run can repeat) them."""
 
@@ -320,6 +351,7 @@ class RunRecord:
     points: tuple[Point, ...]
     profiling: dict | None = None
     eager: EagerMethod | None = None  # the eager-call clock's method; None in records made before it existed
+    matmul_peak: MatmulPeak | None = None  # measured on GPU runs since the roofline; None before, and on the CPU
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -379,8 +411,9 @@ RECORD_FIELDS = fields({
     "points": list_of(Point.from_dict, max_length=100_000),
     "profiling": Absent(run_profiling),
     "eager": Absent(optional(EagerMethod.from_dict)),
+    "matmul_peak": Absent(optional(MatmulPeak.from_dict)),
 })
 
 SCHEMA_TABLES = {EagerResult: EAGER_RESULT_FIELDS, ProfileResult: RESULT_FIELDS, Point: POINT_FIELDS,
-                 CopyCeiling: CEILING_FIELDS, TimingMethod: TIMING_FIELDS, EagerMethod: EAGER_METHOD_FIELDS,
+                 CopyCeiling: CEILING_FIELDS, MatmulPeak: PEAK_FIELDS, TimingMethod: TIMING_FIELDS, EagerMethod: EAGER_METHOD_FIELDS,
                  RunRecord: RECORD_FIELDS}

@@ -82,6 +82,7 @@ from lab.measure.timing import (
     describe_exception,
     make_clock,
     measure_copy_ceiling,
+    measure_matmul_peak,
     time_interleaved,
     timing_method,
 )
@@ -369,6 +370,7 @@ def run_experiment(
     command = command_line(root)
     clock = make_clock(device)
     ceiling = measure_copy_ceiling(clock, device, params)
+    peak = measure_matmul_peak(clock, device, params) if on_gpu else None
     eager_clock = EagerClock(device, copies_past_bytes=clock.flush_bytes if on_gpu else 0)
     allow_a_compile_per_point(len(experiment.cases) * len(experiment.dtypes))
 
@@ -396,6 +398,7 @@ def run_experiment(
         timing=timing_method(clock, params),
         points=tuple(points),
         eager=eager_clock.method(eager_params),
+        matmul_peak=peak,
     )
     if profiling is not None:
         if on_gpu:

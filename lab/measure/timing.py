@@ -33,7 +33,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from lab.evidence.records import CopyCeiling, TimingMethod
+from lab.evidence.records import CopyCeiling, MatmulPeak, TimingMethod
 
 ORDER = "interleaved rounds, declaration order rotated by one each round"
 
@@ -229,6 +229,27 @@ def measure_copy_ceiling(clock: CudaEventClock | WallClock, device: str, params:
     clock.release()  # the two buffers are gone: hand their memory back before the kernels run
     median_ms = statistics.median(samples)
     return CopyCeiling(gbps=2 * nbytes / (median_ms * 1e-3) / 1e9, bytes_copied=nbytes, samples_ms=tuple(samples))
+
+
+MATMUL_SHAPE = (8192, 8192, 8192)  # bf16: long enough (about 1 ms) that the flush and the events are noise
+
+
+def measure_matmul_peak(clock: CudaEventClock, device: str, params: TimingParams) -> MatmulPeak:
+    """A bf16 matmul's TFLOP/s on the same clock as everything else: the roofline's flat roof."""
+    m, n, k = MATMUL_SHAPE
+    a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
+    out = torch.empty(m, n, device=device, dtype=torch.bfloat16)
+    for _ in range(2):
+        torch.matmul(a, b, out=out)
+    readers = [clock.measure(lambda: torch.matmul(a, b, out=out)) for _ in range(params.copy_repeats)]
+    clock.settle()
+    samples = [read() for read in readers]
+    del a, b, out
+    clock.release()
+    median_ms = statistics.median(samples)
+    return MatmulPeak(tflops=2 * m * n * k / (median_ms * 1e-3) / 1e12, m=m, n=n, k=k, dtype="bfloat16",
+                      samples_ms=tuple(samples))
 
 
 def _time_copies(clock, device: str, params: TimingParams) -> tuple[int, list[float]]:

@@ -1,0 +1,116 @@
+"""The roofline of a run's profiled calls: where each call sits against the GPU's two measured limits.
+
+For every profiled call (a profile at a point, its kernels together, lab.measure.profiling) of an experiment
+that declares a FLOP model:
+
+    intensity = FLOPs / DRAM bytes        (the experiment's FLOP model; Nsight Compute's DRAM read + write bytes)
+    achieved  = FLOPs / duration          (Nsight Compute's summed kernel durations)
+
+against two roofs measured in the same run: the memory roof, copy ceiling (GB/s) x intensity, and the flat
+compute roof, the run's bf16 matmul peak (lab.measure.timing.measure_matmul_peak). A call under the slanted
+roof is limited by memory bandwidth, one under the flat roof by the tensor cores; the distance to the
+nearer roof is what is left. A run made before the matmul peak was measured draws the memory roof alone and
+says so. A call whose facts lack a duration or DRAM bytes is left out and counted.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from experiments.spec import Experiment  # noqa: E402
+from lab.evidence.records import RunRecord  # noqa: E402
+from lab.publish.collect import profile_names  # noqa: E402
+from lab.publish.plots import FIGSIZE, PALETTE, STYLE, SUBJECT_COLOUR, _svg, case_tick, plain  # noqa: E402
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def roofline_filename(slug: str, gpu_key: str) -> str:
+    """Four '--'-separated parts, like the breakdown's: never one of the three-part plot names."""
+    return f"{slug}--roofline--{gpu_key}--calls.svg"
+
+
+def roofline_points(experiment: Experiment, run: RunRecord) -> tuple[list[dict], int]:
+    """(points, left out): each profiled call with its intensity, achieved TFLOP/s and the roof above it."""
+    points, left_out = [], 0
+    if experiment.flops is None or run.profiling is None:
+        return points, left_out
+    peak = run.matmul_peak.tflops if run.matmul_peak is not None else None
+    for point in run.points:
+        for name in profile_names(experiment, [point]):
+            facts = point.results[name].profiling
+            if not facts or "totals" not in facts:
+                continue
+            totals = facts["totals"]
+            dram, duration = totals.get("dram_bytes"), totals.get("duration_ns")
+            if not (point.flops and dram and duration):
+                left_out += 1
+                continue
+            intensity = point.flops / dram
+            achieved = point.flops / (duration * 1e-9) / 1e12
+            memory_roof = run.copy_ceiling.gbps * intensity / 1e3
+            roof = min(memory_roof, peak) if peak else memory_roof
+            points.append({"profile": name, "case": point.case, "dtype": point.dtype, "intensity": intensity,
+                           "tflops": achieved, "roof": roof, "of_roof": 100 * achieved / roof,
+                           "bound": "memory" if peak is None or memory_roof < peak else "compute"})
+    return points, left_out
+
+
+def roofline_view(experiment: Experiment, run: RunRecord) -> dict | None:
+    points, left_out = roofline_points(experiment, run)
+    if not points:
+        return None
+    peak = run.matmul_peak
+    return {
+        "rows": [{**p, "intensity": f"{p['intensity']:,.1f}", "tflops": f"{p['tflops']:,.1f}",
+                  "roof": f"{p['roof']:,.1f}", "of_roof": f"{p['of_roof']:.0f}%"} for p in points],
+        "ceiling": f"{run.copy_ceiling.gbps:,.0f} GB/s",
+        "peak": f"{peak.tflops:,.0f} TFLOP/s, a {peak.dtype} {peak.m}×{peak.n}×{peak.k} matmul" if peak else None,
+        "left_out": left_out,
+    }
+
+
+def render_roofline_plot(experiment: Experiment, run: RunRecord, gpu_label: str) -> str:
+    points, _ = roofline_points(experiment, run)
+    peak = run.matmul_peak.tflops if run.matmul_peak is not None else None
+    ceiling = run.copy_ceiling.gbps
+    names = list(dict.fromkeys(p["profile"] for p in points))
+    cases = list(dict.fromkeys(p["case"] for p in points))
+    colours = {n: SUBJECT_COLOUR if n == experiment.claim.subject else PALETTE[i % len(PALETTE)]
+               for i, n in enumerate(names)}
+    xs = [p["intensity"] for p in points]
+    lo, hi = min(xs) / 4, max(xs) * 4
+    if peak:
+        knee = peak * 1e3 / ceiling
+        lo, hi = min(lo, knee / 8), max(hi, knee * 8)
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(FIGSIZE[0] * 1.25, FIGSIZE[1] * 1.2))
+        grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        memory = [ceiling * x / 1e3 for x in grid]
+        roof = [min(m, peak) for m in memory] if peak else memory
+        ax.plot(grid, roof, color="#212529", linewidth=1.8)
+        ax.annotate(plain(f"copy ceiling {ceiling:,.0f} GB/s"), (grid[20], memory[20]), rotation=0, fontsize=10,
+                    xytext=(4, 6), textcoords="offset points")
+        if peak:
+            ax.annotate(plain(f"bf16 matmul {peak:,.0f} TFLOP/s"), (grid[-1], peak), ha="right", fontsize=10,
+                        xytext=(0, 6), textcoords="offset points")
+        for p in points:
+            ax.scatter(p["intensity"], p["tflops"], color=colours[p["profile"]], s=60, zorder=3,
+                       marker=MARKERS[cases.index(p["case"]) % len(MARKERS)], edgecolor="white", linewidth=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity, FLOP per DRAM byte")
+        ax.set_ylabel("achieved TFLOP/s")
+        ax.set_title(plain(f"{experiment.title}: roofline, {gpu_label}"))
+        handles = [plt.Line2D([0], [0], color=colours[n], marker="o", linestyle="") for n in names]
+        handles += [plt.Line2D([0], [0], color="#495057", marker=MARKERS[i % len(MARKERS)], linestyle="")
+                    for i in range(len(cases))]
+        labels = [plain(n) for n in names] + [plain(case_tick(c)) for c in cases]
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
+        fig.tight_layout()
+        svg = _svg(fig)
+        plt.close(fig)
+    return svg

@@ -23,8 +23,9 @@ from lab.evidence.records import Point, RunRecord  # noqa: E402
 from lab.publish import formatting as fmt  # noqa: E402
 from lab.publish.plots import STYLE, _svg, plain  # noqa: E402
 
-OP_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-              "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94")
+# Twenty paired hues and twenty more: a layer's ops, fused ones and torch.compile's kernel classes together,
+# stay apart (more than forty ops would reuse colours, in order).
+OP_PALETTE = tuple(matplotlib.colormaps["tab20"].colors) + tuple(matplotlib.colormaps["tab20b"].colors)
 GAP_COLOUR = "#dee2e6"
 COVERAGE_BOUND = 0.05  # the breakdown's span within 5% of the GPU-time clock's median
 
@@ -102,8 +103,10 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
     with plt.rc_context(STYLE):
         columns = 2 if len(points) > 1 else 1
         rows = -(-len(points) // columns)
-        fig, axes = plt.subplots(rows, columns, figsize=(6.2 * columns, 0.55 * len(names) * rows + 1.6 * rows + 1.2),
-                                 squeeze=False)
+        legend_rows = -(-(len(ops) + 3) // 3)
+        legend_in = 0.26 * legend_rows + 0.3  # inches under the panels for the legend
+        height = 0.42 * len(names) * rows + 1.3 * rows + 0.6 + legend_in
+        fig, axes = plt.subplots(rows, columns, figsize=(6.2 * columns, height), squeeze=False)
         for ax, point in zip(axes.flat, points):
             shown = [n for n in names if n in point.results and _usable(point.results[n])]
             for row, name in enumerate(shown):
@@ -135,8 +138,7 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
                                              "GPU-time clock median"]
         fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
         fig.suptitle(plain(f"{experiment.title}: time per call, op by op, {gpu_label}, {dtype}"))
-        legend_rows = -(-len(labels) // 3)
-        fig.tight_layout(rect=(0, 0.045 * legend_rows + 0.02, 1, 0.97))
+        fig.tight_layout(rect=(0, legend_in / height, 1, 1 - 0.35 / height))
         svg = _svg(fig)
         plt.close(fig)
     return svg

@@ -399,7 +399,7 @@ def test_plot_text_is_legible_on_a_phone(site, browser, base_url):
     v = Visit(browser, base_url, width=WIDTHS["phone"])
     small = []
     try:
-        for path in (EVIDENCE_PAGE, SWEEP_PAGE, "experiments/rmsnorm-linear-decode/"):
+        for path in (EVIDENCE_PAGE, SWEEP_PAGE, "experiments/rmsnorm-linear-decode/", "experiments/decoder-block/"):
             v.goto(path)
             plots = v.page.evaluate(PLOT_TEXT)
             assert plots, f"/{path} shows no plot"

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from experiments.spec import Experiment  # noqa: E402
 from lab.evidence.records import Point, RunRecord  # noqa: E402
 from lab.publish import formatting as fmt  # noqa: E402
-from lab.publish.plots import STYLE, _svg, plain  # noqa: E402
+from lab.publish.plots import FIGSIZE, STYLE, _svg, plain  # noqa: E402
 
 # Twenty paired hues and twenty more: a layer's ops, fused ones and torch.compile's kernel classes together,
 # stay apart (more than forty ops would reuse colours, in order).
@@ -101,12 +101,12 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
     colours = {op: OP_PALETTE[i % len(OP_PALETTE)] for i, op in enumerate(ops)}
     names = [p.name for p in experiment.profiles]
     with plt.rc_context(STYLE):
-        columns = 2 if len(points) > 1 else 1
-        rows = -(-len(points) // columns)
-        legend_rows = -(-(len(ops) + 3) // 3)
-        legend_in = 0.26 * legend_rows + 0.3  # inches under the panels for the legend
-        height = 0.42 * len(names) * rows + 1.3 * rows + 0.6 + legend_in
-        fig, axes = plt.subplots(rows, columns, figsize=(6.2 * columns, height), squeeze=False)
+        # One column at the site's plot width, so the text keeps its size on a phone (as every other plot).
+        columns, rows = 1, len(points)
+        legend_rows = -(-(len(ops) + 3) // 2)
+        legend_in = 0.24 * legend_rows + 0.3  # inches under the panels for the legend
+        height = 0.34 * len(names) * rows + 1.0 * rows + 0.6 + legend_in
+        fig, axes = plt.subplots(rows, columns, figsize=(FIGSIZE[0], height), squeeze=False)
         for ax, point in zip(axes.flat, points):
             shown = [n for n in names if n in point.results and _usable(point.results[n])]
             for row, name in enumerate(shown):
@@ -136,8 +136,8 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
         handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6))
         labels = [plain(op) for op in ops] + ["between kernels (GPU)", "host wait (eager-call clock)",
                                              "GPU-time clock median"]
-        fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False, bbox_to_anchor=(0.5, 0.0))
-        fig.suptitle(plain(f"{experiment.title}: time per call, op by op, {gpu_label}, {dtype}"))
+        fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.suptitle(plain(f"Time per call, op by op\n{gpu_label}, {dtype}"))
         fig.tight_layout(rect=(0, legend_in / height, 1, 1 - 0.35 / height))
         svg = _svg(fig)
         plt.close(fig)

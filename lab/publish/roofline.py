@@ -87,29 +87,29 @@ def render_roofline_plot(experiment: Experiment, run: RunRecord, gpu_label: str)
         knee = peak * 1e3 / ceiling
         lo, hi = min(lo, knee / 8), max(hi, knee * 8)
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(FIGSIZE[0] * 1.25, FIGSIZE[1] * 1.2))
+        fig, ax = plt.subplots(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.35))
         grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
         memory = [ceiling * x / 1e3 for x in grid]
         roof = [min(m, peak) for m in memory] if peak else memory
         ax.plot(grid, roof, color="#212529", linewidth=1.8)
-        ax.annotate(plain(f"copy ceiling {ceiling:,.0f} GB/s"), (grid[20], memory[20]), rotation=0, fontsize=10,
+        ax.annotate(plain(f"copy {ceiling:,.0f} GB/s"), (grid[20], memory[20]), rotation=0,
                     xytext=(4, 6), textcoords="offset points")
         if peak:
-            ax.annotate(plain(f"bf16 matmul {peak:,.0f} TFLOP/s"), (grid[-1], peak), ha="right", fontsize=10,
+            ax.annotate(plain(f"matmul {peak:,.0f} TFLOP/s"), (grid[-1], peak), ha="right",
                         xytext=(0, 6), textcoords="offset points")
         for p in points:
             ax.scatter(p["intensity"], p["tflops"], color=colours[p["profile"]], s=60, zorder=3,
                        marker=MARKERS[cases.index(p["case"]) % len(MARKERS)], edgecolor="white", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("arithmetic intensity, FLOP per DRAM byte")
+        ax.set_xlabel("FLOP per DRAM byte")
         ax.set_ylabel("achieved TFLOP/s")
-        ax.set_title(plain(f"{experiment.title}: roofline, {gpu_label}"))
+        ax.set_title(plain(f"Roofline, {gpu_label}"))
         handles = [plt.Line2D([0], [0], color=colours[n], marker="o", linestyle="") for n in names]
         handles += [plt.Line2D([0], [0], color="#495057", marker=MARKERS[i % len(MARKERS)], linestyle="")
                     for i in range(len(cases))]
         labels = [plain(n) for n in names] + [plain(case_tick(c)) for c in cases]
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
+        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
         fig.tight_layout()
         svg = _svg(fig)
         plt.close(fig)

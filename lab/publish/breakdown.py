@@ -103,7 +103,7 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
     with plt.rc_context(STYLE):
         # One column at the site's plot width, so the text keeps its size on a phone (as every other plot).
         columns, rows = 1, len(points)
-        legend_rows = -(-(len(ops) + 3) // 2)
+        legend_rows = len(ops) + 3
         legend_in = 0.24 * legend_rows + 0.3  # inches under the panels for the legend
         height = 0.34 * len(names) * rows + 1.0 * rows + 0.6 + legend_in
         fig, axes = plt.subplots(rows, columns, figsize=(FIGSIZE[0], height), squeeze=False)
@@ -136,7 +136,7 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
         handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6))
         labels = [plain(op) for op in ops] + ["between kernels (GPU)", "host wait (eager-call clock)",
                                              "GPU-time clock median"]
-        fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.legend(handles, labels, loc="lower center", ncol=1, frameon=False, bbox_to_anchor=(0.5, 0.0))
         fig.suptitle(plain(f"Time per call, op by op\n{gpu_label}, {dtype}"))
         fig.tight_layout(rect=(0, legend_in / height, 1, 1 - 0.35 / height))
         svg = _svg(fig)

@@ -218,8 +218,8 @@ def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, Profi
     count = copies_needed(input_bytes(inputs), eager_clock.copies_past_bytes)
     try:
         sets = input_copies(inputs, count)
-        for p in timed:
-            for s in sets if p.warm is not None else ():
+        for p in (p for p in timed if p.warm is not None):
+            for s in sets:
                 p.warm(**s)
         calls = {p.name: [functools.partial(p.run, **s) for s in sets] for p in timed}
         times = time_eager(calls, eager_clock, eager_params)

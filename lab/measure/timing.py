@@ -97,7 +97,7 @@ class CudaEventClock:
 
     def measure(self, fn: Callable[[], object]) -> Callable[[], float]:
         """Queue one flushed, timed call of `fn`; the returned reader gives its ms after `settle()`."""
-        self._flush_buffer.zero_()
+        self.flush()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()

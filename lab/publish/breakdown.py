@@ -88,7 +88,6 @@ def breakdown_view(experiment: Experiment, run: RunRecord, dtype: str) -> list[d
                 "within": coverage is not None and abs(coverage - 1) <= COVERAGE_BOUND,
                 "eager": fmt.latency_us(result.eager.p50_ms) if wait is not None else fmt.DASH,
                 "wait": fmt.latency_us(wait) if wait is not None else fmt.DASH,
-                "calls": b["calls"],
             })
         if profiles:
             cases.append({"case": point.case, "profiles": profiles})

@@ -34,6 +34,7 @@ from kernels._checks import check_device, check_dtype, normalize_dim
 from kernels._launch import bind, stream_workspace
 from kernels.softmax_kernels import (  # noqa: F401  (_wait_for_row and the forward kernels: the tuning probe's)
     _softmax_bwd_online_kernel,
+    _softmax_bwd_row_kernel,
     _softmax_bwd_single_block_kernel,
     _softmax_bwd_split_row_kernel,
     _softmax_fwd_online_kernel,
@@ -68,6 +69,22 @@ def _row_offsets_fit_int32(*matrices: torch.Tensor) -> bool:
     return all((t.shape[0] - 1) * t.stride(0) + t.shape[1] <= 2**31 for t in matrices)
 
 
+def _cut_rows(plan: SoftmaxPlan, *matrices: torch.Tensor) -> bool:
+    """Whether a launch of `plan` over these row matrices cuts its rows at 16-byte boundaries: the plan asks
+    for it and every matrix starts on such a boundary with rows at the same offset from one, so one cut (the
+    first matrix's) serves them all. Otherwise the rows are loaded element by element: slower, as correct."""
+    vec = 16 // matrices[0].element_size()
+    stride = matrices[0].stride(0)
+    return plan.edges and all(_starts_aligned(t) and (t.stride(0) - stride) % vec == 0 for t in matrices)
+
+
+def _starts_aligned(t: torch.Tensor) -> bool:
+    try:
+        return t.data_ptr() % 16 == 0
+    except RuntimeError:  # a traced tensor has no address: its graph allocates storage aligned (torch.compile
+        return t.storage_offset() * t.element_size() % 16 == 0  # copies misaligned inputs)
+
+
 def _split_row_sync(n_rows: int, device: torch.device) -> torch.Tensor:
     """A zeroed ticket counter and one arrival counter per row, for one launch (the tuning probe's kernels)."""
     return torch.zeros(1 + n_rows, dtype=torch.int32, device=device)
@@ -94,9 +111,13 @@ def _fwd_launch(x: torch.Tensor, y: torch.Tensor, plan: SoftmaxPlan, workspace) 
     the tensors (x, y, then a split-row launch's partials and counters from `workspace`)."""
     n_rows, n_cols = x.shape
     grid, warps = (plan.grid,), plan.num_warps
+    # x's cut, and whether y's rows share it (else y's body is stored element by element).
+    cut = _cut_rows(plan, x)
+    edges = dict(EDGES=cut, Y_ALIGNED=cut and _cut_rows(plan, x, y), VEC=16 // x.element_size())
     if plan.impl == "single_block" and plan.rows_per_program == 1:
         return _softmax_fwd_row_kernel, grid, (x, y, n_cols, x.stride(0), y.stride(0)), dict(
-            BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(x, y), num_warps=warps)
+            BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(x, y), num_warps=warps,
+            **edges)
     if plan.impl == "single_block":
         return _softmax_fwd_single_block_kernel, grid, (x, y, n_rows, n_cols, x.stride(0), y.stride(0)), dict(
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=warps)
@@ -104,7 +125,7 @@ def _fwd_launch(x: torch.Tensor, y: torch.Tensor, plan: SoftmaxPlan, workspace) 
         n_parts = n_rows * plan.splits
         ws = workspace(x.device, n_rows, (n_parts, n_parts))
         return _softmax_fwd_split_row_kernel, grid, (x, y, *ws, n_cols, plan.splits, x.stride(0), y.stride(0)), dict(
-            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps)
+            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, **edges)
     return _softmax_fwd_online_kernel, grid, (x, y, n_cols, x.stride(0), y.stride(0)), dict(
         BLOCK_N=plan.block_n, num_warps=warps)
 
@@ -114,13 +135,18 @@ def _bwd_launch(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, plan: Softm
     n_rows, n_cols = y.shape
     grid, warps = (plan.grid,), plan.num_warps
     strides = (y.stride(0), dy.stride(0), dx.stride(0))
+    edges = dict(EDGES=_cut_rows(plan, y, dy, dx), VEC=16 // y.element_size())
+    if plan.impl == "single_block" and edges["EDGES"]:
+        return _softmax_bwd_row_kernel, grid, (y, dy, dx, n_cols, *strides), dict(
+            BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(y, dy, dx),
+            num_warps=warps, **edges)
     if plan.impl == "single_block":
         return _softmax_bwd_single_block_kernel, grid, (y, dy, dx, n_rows, n_cols, *strides), dict(
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=warps)
     if plan.impl == "split_row":
         ws = workspace(y.device, n_rows, (n_rows * plan.splits,))
         return _softmax_bwd_split_row_kernel, grid, (y, dy, dx, *ws, n_cols, plan.splits, *strides), dict(
-            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps)
+            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, **edges)
     return _softmax_bwd_online_kernel, grid, (y, dy, dx, n_cols, *strides), dict(BLOCK_N=plan.block_n, num_warps=warps)
 
 
@@ -201,10 +227,11 @@ def _new_route(x: torch.Tensor, dim: int, impl: str) -> _Route:
     n_cols = x.shape[dim]
     n_rows, dtype, device, shape = x.numel() // n_cols, x.dtype, x.device, x.shape
     route = _Route()
-    route.plan = plan = plan_softmax(n_rows, n_cols, dtype, impl)
     route.dim, route.impl, route.rows_shape, route.backwards = dim, impl, (n_rows, n_cols), {}
     x_rows = _matrix_view(x, dim)
     route.direct = x_rows is not None
+    row_stride = x_rows.stride(0) if route.direct else None
+    route.plan = plan = plan_softmax(n_rows, n_cols, dtype, impl, row_stride=row_stride)
     if route.direct:
         alloc = torch.empty_like if x.is_contiguous() else lambda t: torch.empty(shape, dtype=dtype, device=device)
         y_rows = alloc(x).view(n_rows, n_cols)
@@ -277,7 +304,7 @@ def _traceable(kernel):
 def _softmax_op(x: torch.Tensor, dim: int, impl: str) -> torch.Tensor:
     x_rows = _as_rows(x, dim)
     y_rows = torch.empty(x_rows.shape, dtype=x.dtype, device=x.device)
-    plan = plan_softmax(x_rows.shape[0], int(x_rows.shape[1]), x.dtype, impl)
+    plan = plan_softmax(x_rows.shape[0], int(x_rows.shape[1]), x.dtype, impl, row_stride=x_rows.stride(0))
     kernel, grid, args, meta = _fwd_launch(x_rows, y_rows, plan, _fresh_workspace)
     _traceable(kernel)[grid](*args, **meta)
     return _from_rows(y_rows, x, dim)

@@ -62,36 +62,81 @@ def _softmax_fwd_single_block_kernel(
 
 
 @triton.jit
+def _row_cut(row, row_stride, n_cols, VEC: tl.constexpr):
+    # Where a row is cut at 16-byte boundaries (VEC elements): the row's element offset, the `head` elements
+    # before its first boundary and the `n_body` after it that fill whole vectors; the last
+    # n_cols - head - n_body elements are its tail. The offset of the body and n_body are multiples of VEC,
+    # hinted so, which lets the compiler load the body as 16-byte vectors under its mask. Rows whose length or
+    # stride is not a multiple of 16 elements are loaded element by element without the cut.
+    start = row * row_stride
+    head = tl.minimum((VEC - start % VEC) % VEC, n_cols)
+    n_body = tl.multiple_of((n_cols - head) // VEC * VEC, VEC)
+    return start, head, n_body
+
+
+@triton.jit
+def _edge_offsets(head, n_body, n_cols, VEC: tl.constexpr):
+    # The head and tail of a cut row (fewer than VEC elements each) as one block of 2*VEC lanes, by offset
+    # from the body's start: lanes 0..VEC-1 hold offsets -VEC..-1 (the head), lanes VEC.. the elements past
+    # the body. Returns (offsets, mask).
+    k = tl.arange(0, 2 * VEC)
+    offs = tl.where(k < VEC, k - VEC, n_body + k - VEC)
+    return offs, tl.where(k < VEC, offs >= -head, offs < n_cols - head)
+
+
+@triton.jit
 def _softmax_fwd_row_kernel(
     x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
     BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROW_OFFSET_64: tl.constexpr,
+    EDGES: tl.constexpr, Y_ALIGNED: tl.constexpr, VEC: tl.constexpr,
 ):
     # The single-block forward for plans of one row per program: the same head and tail lanes and bytes as
     # _softmax_fwd_single_block_kernel, written on 1-D blocks. Its [1, BLOCK_N] form measured 0.1-2.3 points
     # of the copy ceiling slower (fp32, 4096 rows of 2304-12672, H100, probe rounds 8 and 9). Row offsets
     # are 32-bit unless some element lies 2^31 or more past its tensor's start (ROW_OFFSET_64): the 32-bit
     # form measured up to 0.9 points faster (probe round 8).
+    # EDGES: the row is cut at 16-byte boundaries (_row_cut): the lanes hold its aligned body, a block of
+    # 2*VEC lanes its head and tail. Y_ALIGNED: y's rows start at the same offset from a 16-byte boundary as
+    # x's, so y's body is stored as vectors too.
     row = tl.program_id(0)
     if ROW_OFFSET_64:
         row = row.to(tl.int64)
-    x_row = x_ptr + row * x_row_stride
-    y_row = y_ptr + row * y_row_stride
+    if EDGES:
+        x_start, head, n_main = _row_cut(row, x_row_stride, n_cols, VEC)
+        x_row = x_ptr + tl.multiple_of(x_start + head, VEC)
+        if Y_ALIGNED:
+            y_row = y_ptr + tl.multiple_of(row * y_row_stride + head, VEC)
+        else:
+            y_row = y_ptr + row * y_row_stride + head
+    else:
+        n_main = n_cols
+        x_row = x_ptr + row * x_row_stride
+        y_row = y_ptr + row * y_row_stride
     cols = tl.arange(0, BLOCK_N)
-    x = tl.load(x_row + cols, mask=cols < n_cols, other=-float("inf")).to(tl.float32)
+    x = tl.load(x_row + cols, mask=cols < n_main, other=-float("inf")).to(tl.float32)
     m = tl.max(x, axis=0)
     if TAIL_N > 0:
         tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
-        x_tail = tl.load(x_row + tail_cols, mask=tail_cols < n_cols, other=-float("inf")).to(tl.float32)
+        x_tail = tl.load(x_row + tail_cols, mask=tail_cols < n_main, other=-float("inf")).to(tl.float32)
         m = tl.maximum(m, tl.max(x_tail, axis=0))
+    if EDGES:
+        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
+        x_edge = tl.load(x_row + edge, mask=edge_in, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_edge, axis=0))
     e = tl.exp(x - m)
     d = tl.sum(e, axis=0)
     if TAIL_N > 0:
         e_tail = tl.exp(x_tail - m)
         d += tl.sum(e_tail, axis=0)
+    if EDGES:
+        e_edge = tl.exp(x_edge - m)
+        d += tl.sum(e_edge, axis=0)
     inv_d = 1.0 / d
-    tl.store(y_row + cols, (e * inv_d).to(y_ptr.dtype.element_ty), mask=cols < n_cols)
+    tl.store(y_row + cols, (e * inv_d).to(y_ptr.dtype.element_ty), mask=cols < n_main)
     if TAIL_N > 0:
-        tl.store(y_row + tail_cols, (e_tail * inv_d).to(y_ptr.dtype.element_ty), mask=tail_cols < n_cols)
+        tl.store(y_row + tail_cols, (e_tail * inv_d).to(y_ptr.dtype.element_ty), mask=tail_cols < n_main)
+    if EDGES:
+        tl.store(y_row + edge, (e_edge * inv_d).to(y_ptr.dtype.element_ty), mask=edge_in)
 
 
 @triton.jit
@@ -156,6 +201,49 @@ def _softmax_bwd_single_block_kernel(
 
 
 @triton.jit
+def _softmax_bwd_row_kernel(
+    y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROW_OFFSET_64: tl.constexpr,
+    EDGES: tl.constexpr, VEC: tl.constexpr,
+):
+    # The single-block backward for plans of one row per program, on 1-D blocks: 3*M*N*size bytes. EDGES
+    # cuts the rows at 16-byte boundaries as the forward row kernel does; it is set only when y's, dy's and
+    # dx's rows all start at the same offset from one, so one cut serves the three.
+    row = tl.program_id(0)
+    if ROW_OFFSET_64:
+        row = row.to(tl.int64)
+    if EDGES:
+        y_start, head, n_main = _row_cut(row, y_row_stride, n_cols, VEC)
+        y_row = y_ptr + tl.multiple_of(y_start + head, VEC)
+        dy_row = dy_ptr + tl.multiple_of(row * dy_row_stride + head, VEC)
+        dx_row = dx_ptr + tl.multiple_of(row * dx_row_stride + head, VEC)
+    else:
+        n_main = n_cols
+        y_row = y_ptr + row * y_row_stride
+        dy_row = dy_ptr + row * dy_row_stride
+        dx_row = dx_ptr + row * dx_row_stride
+    cols = tl.arange(0, BLOCK_N)
+    y = tl.load(y_row + cols, mask=cols < n_main, other=0.0).to(tl.float32)
+    dy = tl.load(dy_row + cols, mask=cols < n_main, other=0.0).to(tl.float32)
+    dot = tl.sum(y * dy, axis=0)
+    if TAIL_N > 0:
+        tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
+        y_tail = tl.load(y_row + tail_cols, mask=tail_cols < n_main, other=0.0).to(tl.float32)
+        dy_tail = tl.load(dy_row + tail_cols, mask=tail_cols < n_main, other=0.0).to(tl.float32)
+        dot += tl.sum(y_tail * dy_tail, axis=0)
+    if EDGES:
+        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
+        y_edge = tl.load(y_row + edge, mask=edge_in, other=0.0).to(tl.float32)
+        dy_edge = tl.load(dy_row + edge, mask=edge_in, other=0.0).to(tl.float32)
+        dot += tl.sum(y_edge * dy_edge, axis=0)
+    tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=cols < n_main)
+    if TAIL_N > 0:
+        tl.store(dx_row + tail_cols, (y_tail * (dy_tail - dot)).to(dx_ptr.dtype.element_ty), mask=tail_cols < n_main)
+    if EDGES:
+        tl.store(dx_row + edge, (y_edge * (dy_edge - dot)).to(dx_ptr.dtype.element_ty), mask=edge_in)
+
+
+@triton.jit
 def _softmax_bwd_online_kernel(
     y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr,
@@ -217,6 +305,7 @@ def _arrive_and_wait(counter_ptr, n_splits):
 def _softmax_fwd_split_row_kernel(
     x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_cols, n_splits, x_row_stride, y_row_stride,
     BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+    EDGES: tl.constexpr, Y_ALIGNED: tl.constexpr, VEC: tl.constexpr,
 ):
     # A row is cut into n_splits slices, one per program, each held in registers: x is read once and y
     # written once (2*M*N*size bytes) however long the row. The programs of a row meet once, through
@@ -226,17 +315,40 @@ def _softmax_fwd_split_row_kernel(
     # waits, and the wait ends as long as n_splits programs fit on the GPU at once (MAX_SPLITS). The
     # interpreter runs programs one at a time and never gets this schedule. The counters in sync_ptr end
     # every launch zeroed, as they began it (_take_ticket, _arrive_and_wait).
+    # EDGES and Y_ALIGNED as in _softmax_fwd_row_kernel: the slices tile the row's aligned body, and the
+    # first slice also holds its head and tail.
     ticket = _take_ticket(sync_ptr)
     row = ticket // n_splits
     part = ticket % n_splits
+    row64 = row.to(tl.int64)
+    if EDGES:
+        x_start, head, n_main = _row_cut(row64, x_row_stride, n_cols, VEC)
+        x_row = x_ptr + tl.multiple_of(x_start + head, VEC)
+        if Y_ALIGNED:
+            y_row = y_ptr + tl.multiple_of(row64 * y_row_stride + head, VEC)
+        else:
+            y_row = y_ptr + row64 * y_row_stride + head
+    else:
+        n_main = n_cols
+        x_row = x_ptr + row64 * x_row_stride
+        y_row = y_ptr + row64 * y_row_stride
     cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    mask = cols < n_main
+    x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
     m = tl.max(x, axis=0)
+    if EDGES:
+        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
+        edge_in = edge_in & (part == 0)
+        x_edge = tl.load(x_row + edge, mask=edge_in, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_edge, axis=0))
     m_safe = tl.where(m == -float("inf"), 0.0, m)
     e = tl.exp(x - m_safe)
+    d = tl.sum(e, axis=0)
+    if EDGES:
+        e_edge = tl.exp(x_edge - m_safe)
+        d += tl.sum(e_edge, axis=0)
     tl.store(part_m_ptr + ticket, m)
-    tl.store(part_d_ptr + ticket, tl.sum(e, axis=0))
+    tl.store(part_d_ptr + ticket, d)
     _arrive_and_wait(sync_ptr + 1 + row, n_splits)
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
     in_row = tl.arange(0, SPLITS_POW2) < n_splits
@@ -247,29 +359,49 @@ def _softmax_fwd_split_row_kernel(
     d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
     d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
     scale = tl.where(m == -float("inf"), 0.0, tl.exp(m_safe - m_row)) / d_row
-    tl.store(y_ptr + row.to(tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_row + cols, (e * scale).to(y_ptr.dtype.element_ty), mask=mask)
+    if EDGES:
+        tl.store(y_row + edge, (e_edge * scale).to(y_ptr.dtype.element_ty), mask=edge_in)
 
 
 @triton.jit
 def _softmax_bwd_split_row_kernel(
     y_ptr, dy_ptr, dx_ptr, part_dot_ptr, sync_ptr, n_cols, n_splits, y_row_stride, dy_row_stride, dx_row_stride,
-    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EDGES: tl.constexpr, VEC: tl.constexpr,
 ):
     # The backward of the split-row schedule: each program holds a slice of y and dy, the programs of a row
     # add their partial dots through global memory, then each writes its slice of dx: 3*M*N*size bytes.
-    # Tickets and the wait as in the forward kernel.
+    # Tickets and the wait as in the forward kernel; EDGES as in _softmax_bwd_row_kernel.
     ticket = _take_ticket(sync_ptr)
     row = ticket // n_splits
     part = ticket % n_splits
-    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_cols
     row64 = row.to(tl.int64)
-    y = tl.load(y_ptr + row64 * y_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + row64 * dy_row_stride + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(part_dot_ptr + ticket, tl.sum(y * dy, axis=0))
+    if EDGES:
+        y_start, head, n_main = _row_cut(row64, y_row_stride, n_cols, VEC)
+        y_row = y_ptr + tl.multiple_of(y_start + head, VEC)
+        dy_row = dy_ptr + tl.multiple_of(row64 * dy_row_stride + head, VEC)
+        dx_row = dx_ptr + tl.multiple_of(row64 * dx_row_stride + head, VEC)
+    else:
+        n_main = n_cols
+        y_row = y_ptr + row64 * y_row_stride
+        dy_row = dy_ptr + row64 * dy_row_stride
+        dx_row = dx_ptr + row64 * dx_row_stride
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_main
+    y = tl.load(y_row + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(tl.float32)
+    partial = tl.sum(y * dy, axis=0)
+    if EDGES:
+        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
+        edge_in = edge_in & (part == 0)
+        y_edge = tl.load(y_row + edge, mask=edge_in, other=0.0).to(tl.float32)
+        dy_edge = tl.load(dy_row + edge, mask=edge_in, other=0.0).to(tl.float32)
+        partial += tl.sum(y_edge * dy_edge, axis=0)
+    tl.store(part_dot_ptr + ticket, partial)
     _arrive_and_wait(sync_ptr + 1 + row, n_splits)
     parts = row * n_splits + tl.arange(0, SPLITS_POW2)
     in_row = tl.arange(0, SPLITS_POW2) < n_splits
     dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
-    dx = y * (dy - dot)
-    tl.store(dx_ptr + row64 * dx_row_stride + cols, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+    if EDGES:
+        tl.store(dx_row + edge, (y_edge * (dy_edge - dot)).to(dx_ptr.dtype.element_ty), mask=edge_in)

@@ -65,6 +65,14 @@ _MIN_BLOCK_N = 16
 _TAIL_MIN_N = 4096
 _TAIL_MAX_LANES = {4096: 512, 8192: 128}
 _TAIL_MAX_FRACTION = 16
+# ...except the forward of 2-byte rows, whose heads of 8192 and 16384 lanes take tails of up to a quarter of
+# the head, on 16 warps. A bf16 row moves half the bytes of an fp32 row of the same lanes, so the lanes a
+# padded block wastes cost it twice: at N = 10,000 and 20,000 (H100, M*N*2 = 256 MiB, tools/probe_any_n.py)
+# 8192 + 2048 lanes measured 94.8% of the copy ceiling against 87.3% for one 16,384-lane block, and
+# 16,384 + 4096 lanes 84.6% against 70.6%; fp32 rows lost 0.6-0.7 points the same way, so they keep the rule.
+_WIDE_TAIL_HEADS = (8192, 16384)
+_WIDE_TAIL_FRACTION = 4
+_WIDE_TAIL_WARPS = 16
 
 # Online settings: tile width by element size (bytes); one tile is 16 KiB of input per program.
 _ONLINE_BLOCK_N = {4: 4096, 2: 8192}
@@ -72,9 +80,23 @@ _ONLINE_WARPS = 8
 
 # Split-row settings by element size: (slice width BLOCK_N, num_warps). A row needs all its slices resident
 # at once, so the number of slices is capped far below what one wave of 132 SMs holds.
-_SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 8), 2: (8192, 8)}}
+_SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (4096, 4), 2: (4096, 4)}}
+# The backward's slices, measured on the H100 with tools/probe_any_n.py (rounds 1 and 2, 31 row lengths of
+# 17,001-262,144): fp32 slices of 4096 on 4 warps beat slices of 8192 on 8 at every length, by 1-11 points of
+# the copy ceiling. 2-byte rows gain 8-14 points from them where they leave fewer lanes idle in a row's last
+# slice (36,001: 82.5% against 68.5%), and lose 3-7 where both widths tile the row alike (65,536-262,144:
+# 87-90% against 91-94%); so 2-byte rows take 8192-wide slices unless 4096-wide ones hold the row in fewer
+# lanes (split_row_settings). Rows that would need more than MAX_SPLITS slices take the wider ones.
+_WIDE_SPLIT_ROW = {"forward": (8192, 4), "backward": (8192, 8)}
 DIRECTIONS = ("forward", "backward")
 MAX_SPLITS = 64
+
+# Triton specialises an integer argument that is a multiple of 16 (n_cols, a row stride) and can then prove
+# a masked row load aligned and load it as 16-byte vectors. Any other row length or stride would be loaded
+# element by element, so such rows are cut at 16-byte boundaries instead (SoftmaxPlan.edges): an aligned body
+# loaded as vectors, and a head and a tail of fewer than 16 bytes each. Schedules of one row per program
+# (single-block at one row a program, split-row) take the cut; rows short enough to share a program do not.
+_SPECIALISED_MULTIPLE = 16
 
 
 @dataclass(frozen=True)
@@ -88,6 +110,7 @@ class SoftmaxPlan:
     grid: int  # programs launched
     splits: int = 1  # programs per row (split_row only)
     tail_n: int = 0  # lanes of a row past the first block_n (single_block only; 0: none)
+    edges: bool = False  # rows cut at 16-byte boundaries: vector loads for the body, head and tail apart
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -123,20 +146,36 @@ def _next_power_of_2(n: int) -> int:
 
 
 def _split_row_count(n_cols: int, dtype: torch.dtype) -> int:
-    # Both directions cut rows into slices of the same width, so forward and backward dispatch alike.
-    return _cdiv(n_cols, _SPLIT_ROW_SETTINGS["forward"][_element_size(dtype)][0])
+    # Rows split at this length in both directions: the widest slices decide, so forward and backward
+    # dispatch alike.
+    return _cdiv(n_cols, _WIDE_SPLIT_ROW["forward"][0])
 
 
-def single_block_lanes(n_cols: int) -> tuple[int, int]:
+def split_row_settings(n_cols: int, dtype: torch.dtype, direction: str) -> tuple[int, int]:
+    """(slice width, num_warps) of a split-row launch: the direction's slices, or the wider ones when the
+    row would need more than MAX_SPLITS of them."""
+    block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
+    wide = _WIDE_SPLIT_ROW[direction]
+    if _cdiv(n_cols, block_n) > MAX_SPLITS:
+        return wide
+    if _element_size(dtype) == 2 and _cdiv(n_cols, wide[0]) * wide[0] <= _cdiv(n_cols, block_n) * block_n:
+        return wide  # the narrow slices would hold the row in no fewer lanes
+    return block_n, num_warps
+
+
+def single_block_lanes(n_cols: int, wide_tail: bool = False) -> tuple[int, int]:
     """(head, tail) lanes of a single-block row: a row of N = 4224 takes 4096 + 128 lanes where one
     power-of-two block would take 8192. The head is the largest power of two below N, the tail the smallest
     power of two (at least _MIN_BLOCK_N) that covers the rest. Rows that are a power of two, shorter than
-    _TAIL_MIN_N, or whose tail would exceed the head's limit (_TAIL_MAX_LANES, else head / _TAIL_MAX_FRACTION)
-    take one block: (next power of two, 0)."""
+    _TAIL_MIN_N, or whose tail would exceed the head's limit (_TAIL_MAX_LANES, else head / _TAIL_MAX_FRACTION;
+    with `wide_tail`, heads in _WIDE_TAIL_HEADS allow head / _WIDE_TAIL_FRACTION) take one block:
+    (next power of two, 0)."""
     padded = max(_MIN_BLOCK_N, _next_power_of_2(n_cols))
     head = padded // 2
     tail = max(_MIN_BLOCK_N, _next_power_of_2(n_cols - head)) if n_cols > head else 0
     max_tail = _TAIL_MAX_LANES.get(head, head // _TAIL_MAX_FRACTION)
+    if wide_tail and head in _WIDE_TAIL_HEADS:
+        max_tail = head // _WIDE_TAIL_FRACTION
     if padded == n_cols or n_cols < _TAIL_MIN_N or tail > max_tail:
         return padded, 0
     return head, tail
@@ -149,14 +188,18 @@ def plan_softmax(
     impl: str = "auto",
     allow_split_row: bool | None = None,
     direction: str = "forward",
+    row_stride: int | None = None,
 ) -> SoftmaxPlan:
-    """Launch plan for a row softmax over an n_rows x n_cols matrix; `direction` is "forward" or "backward"."""
+    """Launch plan for a row softmax over an n_rows x n_cols matrix; `direction` is "forward" or "backward";
+    `row_stride`: elements from one row's start to the next (None: n_cols, rows back to back)."""
     if impl not in IMPLS:
         raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
     if direction not in DIRECTIONS:
         raise ValueError(f"softmax: direction must be 'forward' or 'backward', got {direction!r}.")
     if impl == "auto":
         impl = choose_impl(n_cols, dtype, allow_split_row, direction)
+    stride = n_cols if row_stride is None else row_stride
+    edges = n_cols % _SPECIALISED_MULTIPLE != 0 or stride % _SPECIALISED_MULTIPLE != 0
     if impl == "single_block":
         padded = max(_MIN_BLOCK_N, _next_power_of_2(n_cols))
         if padded > MAX_SINGLE_BLOCK_N:
@@ -164,19 +207,23 @@ def plan_softmax(
                 f"softmax: impl='single_block' holds a row in registers and accepts N <= {MAX_SINGLE_BLOCK_N}, "
                 f"got N = {n_cols}; use impl='online' or impl='auto'."
             )
-        block_n, tail_n = single_block_lanes(n_cols)
-        if tail_n:
+        wide_tail = direction == "forward" and _element_size(dtype) == 2
+        block_n, tail_n = single_block_lanes(n_cols, wide_tail)
+        if tail_n and tail_n > _TAIL_MAX_LANES.get(block_n, block_n // _TAIL_MAX_FRACTION):
+            num_warps = _WIDE_TAIL_WARPS
+        elif tail_n:
             num_warps = _TAIL_WARPS[block_n]
         elif block_n <= _ONE_WARP_MAX_N.get(_element_size(dtype), 0):
             num_warps = 1
         else:
             num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
         rows = max(1, _LANES_PER_PROGRAM // (block_n + tail_n))  # block_n alone is a power of two here
-        return SoftmaxPlan("single_block", block_n, rows, num_warps, _cdiv(n_rows, rows), tail_n=tail_n)
+        return SoftmaxPlan("single_block", block_n, rows, num_warps, _cdiv(n_rows, rows), tail_n=tail_n,
+                           edges=edges and rows == 1)
     if impl == "split_row":
-        block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
+        block_n, num_warps = split_row_settings(n_cols, dtype, direction)
         splits = _cdiv(n_cols, block_n)
-        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits)
+        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits, edges=edges)
     block_n = min(_ONLINE_BLOCK_N[_element_size(dtype)], max(_MIN_BLOCK_N, _next_power_of_2(n_cols)))
     return SoftmaxPlan("online", block_n, 1, _ONLINE_WARPS, n_rows)
 

@@ -475,22 +475,41 @@ ONE_WARP_IN_FP32 = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 2}  # wa
      (20000, 32768, 0, 32, 1)],
 )
 def test_single_block_settings_table(n, block_n, tail_n, warps, rows):
+    # Every dtype in both directions, except the forward of 2-byte rows past 8192 (wide tails, below).
     for dtype in DTYPES:
         expected_warps = warps[dtype] if isinstance(warps, dict) else warps
         for direction in ("forward", "backward") if n <= 512 else ("forward",):
+            if direction == "forward" and dtype != torch.float32 and n > 8192:
+                continue
             plan = plan_softmax(1000, n, dtype, "single_block", direction=direction)
             assert (plan.block_n, plan.tail_n, plan.num_warps, plan.rows_per_program) == (
                 block_n, tail_n, expected_warps, rows)
             assert plan.grid == -(-1000 // rows)
 
 
+@pytest.mark.parametrize(
+    "n,block_n,tail_n,warps",
+    [(8320, 8192, 128, 8), (8321, 8192, 256, 16), (9216, 8192, 1024, 16), (10240, 8192, 2048, 16),
+     (10241, 16384, 0, 16), (16385, 16384, 16, 16), (17408, 16384, 1024, 16), (17409, 16384, 2048, 16),
+     (20480, 16384, 4096, 16), (20481, 32768, 0, 32)],
+)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_two_byte_forward_takes_wide_tails(dtype, n, block_n, tail_n, warps):
+    plan = plan_softmax(1000, n, dtype, "single_block")
+    assert (plan.block_n, plan.tail_n, plan.num_warps) == (block_n, tail_n, warps)
+    backward = plan_softmax(1000, n, dtype, "single_block", direction="backward")
+    assert backward.tail_n <= {8192: 128}.get(backward.block_n, backward.block_n // 16)  # the backward keeps fp32's rule
+
+
 @pytest.mark.parametrize("n", list(range(1, 70000, 997)) + [2**k + d for k in range(4, 17) for d in (-1, 0, 1)])
-def test_single_block_lanes_cover_the_row(n):
-    head, tail = single_block_lanes(n)
+@pytest.mark.parametrize("wide", [False, True])
+def test_single_block_lanes_cover_the_row(n, wide):
+    head, tail = single_block_lanes(n, wide)
     padded = max(16, triton.next_power_of_2(n))
     assert head & (head - 1) == 0 and head + tail >= n  # a power-of-two head; the lanes hold the row
     if tail:
-        assert tail & (tail - 1) == 0 and 16 <= tail <= {4096: 512, 8192: 128}.get(head, head // 16)
+        limit = head // 4 if wide and head in (8192, 16384) else {4096: 512, 8192: 128}.get(head, head // 16)
+        assert tail & (tail - 1) == 0 and 16 <= tail <= limit
         assert head < n and n >= 4096
         assert head + tail < padded  # a tail is only taken when it saves lanes
     else:
@@ -505,8 +524,8 @@ def test_backward_settings_differ_where_measured(n, forward_warps, backward_warp
     assert plan_softmax(64, n, torch.float32, "single_block", direction="backward").num_warps == backward_warps
     fwd = plan_softmax(64, 100000, torch.bfloat16, "auto", True)
     bwd = plan_softmax(64, 100000, torch.bfloat16, "auto", True, direction="backward")
-    assert (fwd.impl, bwd.impl, fwd.splits) == ("split_row", "split_row", bwd.splits)
-    assert (fwd.num_warps, bwd.num_warps) == (4, 8)
+    assert (fwd.impl, bwd.impl, fwd.splits, bwd.splits) == ("split_row", "split_row", 13, 25)
+    assert (fwd.num_warps, bwd.num_warps) == (4, 4)  # 4096-wide backward slices leave fewer lanes idle here
     with pytest.raises(ValueError, match="direction"):
         plan_softmax(64, n, torch.float32, direction="sideways")
 

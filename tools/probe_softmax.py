@@ -921,7 +921,7 @@ def _forward_64_bit(x, plan: SoftmaxPlan):
     y = torch.empty_like(x)
     _softmax_fwd_row_kernel[(plan.grid,)](
         x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=True,
-        num_warps=plan.num_warps)
+        EDGES=False, Y_ALIGNED=False, VEC=16 // x.element_size(), num_warps=plan.num_warps)
     return y
 
 

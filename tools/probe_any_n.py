@@ -1,0 +1,309 @@
+"""Tuning probe for rows off the sweep grid (GPU only): the softmax forward and backward at row lengths that
+are not powers of two, odd ones included, with and without the 16-byte row cut (SoftmaxPlan.edges), against
+other warps, split-row slices and the peers. Chooses the plan settings the experiment `softmax-any-n` then
+judges; it is a tuning instrument, not evidence (the site's figures come only from run records).
+
+    python tools/probe_any_n.py --out probe.json [--deadline SECONDS] [--n 1001,50257]
+
+Timing: the lab's clock (lab.measure.timing.CudaEventClock: L2 flushed, device held while each round is
+queued, candidates interleaved), M chosen so M*N*2 bytes reach 256 MiB; the first 64 rows of every candidate
+are checked against float64 before it is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kernels import reference  # noqa: E402
+from kernels.softmax import plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
+from kernels.softmax_plan import MAX_SPLITS, SoftmaxPlan  # noqa: E402
+from probe_common import probe_header  # noqa: E402
+from probe_softmax import measure_held  # noqa: E402
+
+# Off the sweep grid: odd lengths, even ones that are not multiples of 16, vocabulary sizes (GPT-2's 50,257,
+# Llama 3's 128,256, Qwen's 151,936) and a power of two minus one.
+ROW_LENGTHS = (1000, 1531, 2500, 3001, 4500, 6999, 10000, 12345, 20000, 25001, 30000, 40000, 50257, 100000,
+               128256, 151936, 262143)
+DTYPES = (torch.float32, torch.bfloat16)
+MIN_BYTES = 256 << 20
+LIGER_MAX_N = 65536
+
+
+def _split_row(m: int, n: int, block_n: int, warps: int, edges: bool) -> SoftmaxPlan:
+    splits = math.ceil(n / block_n)
+    return SoftmaxPlan("split_row", block_n, 1, warps, m * splits, splits, edges=edges)
+
+
+def lab_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    """The auto plan with and without the cut, then its neighbours: other warps, other split-row slices."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto), ("auto-no-cut", dataclasses.replace(auto, edges=False))]
+    if auto.impl == "single_block":
+        plans += [(f"single/w{w}", dataclasses.replace(auto, num_warps=w))
+                  for w in (auto.num_warps // 2, auto.num_warps * 2) if 1 <= w <= 32]
+        plans += [(f"split/b{b}w{w}", _split_row(m, n, b, w, auto.edges))
+                  for b, w in ((2048, 4), (4096, 4), (4096, 8), (8192, 8)) if n > b and math.ceil(n / b) <= 16]
+        head = 1 << (n.bit_length() - 1)  # the largest power of two not above n, and a tail for the rest
+        tail = max(16, 1 << max(n - head - 1, 0).bit_length())
+        if n > 4096 and head != n and tail < head and (head, tail) != (auto.block_n, auto.tail_n):
+            plans += [(f"tail/{head}+{tail}w{w}", dataclasses.replace(auto, block_n=head, tail_n=tail, num_warps=w))
+                      for w in (max(4, head // 1024), max(4, head // 512)) if w <= 32]
+    elif auto.impl == "split_row":
+        plans += [(f"split/b{b}w{w}", _split_row(m, n, b, w, auto.edges))
+                  for b, w in ((4096, 4), (8192, 8), (16384, 8), (16384, 16))
+                  if (b, w) != (auto.block_n, auto.num_warps) and math.ceil(n / b) <= MAX_SPLITS]
+    return plans
+
+
+def previous_plan(m: int, n: int, dtype: torch.dtype, direction: str) -> SoftmaxPlan:
+    """The plan before tools/probe_any_n.py's first round (with the cut): 2-byte forward rows took fp32's
+    tail rule, backward split-row slices were 8192 wide on 8 warps."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    if auto.impl == "single_block" and direction == "forward":
+        return dataclasses.replace(plan_softmax(m, n, torch.float32, "auto", True, direction), edges=auto.edges)
+    if auto.impl == "split_row" and direction == "backward":
+        return _split_row(m, n, 8192, 8, auto.edges)
+    return auto
+
+
+def round2_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    """Round 2: the chosen rules against the previous plan, and tails up to half the head (16 warps)."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto), ("previous", previous_plan(m, n, dtype, direction))]
+    head = 1 << (n.bit_length() - 1)
+    tail = max(16, 1 << max(n - head - 1, 0).bit_length())
+    if auto.impl == "single_block" and 4096 < n and head != n and tail < head and (head, tail) != (auto.block_n, auto.tail_n):
+        plans.append((f"tail/{head}+{tail}w16", dataclasses.replace(auto, block_n=head, tail_n=tail, num_warps=16)))
+    return plans
+
+
+def forward_candidates(x: torch.Tensor, plans) -> list:
+    y = torch.empty_like(x)
+    out = [(f"lab:{name}", lambda p=plan: softmax_fwd(x, p, out=y)) for name, plan in plans]
+    out.append(("torch", lambda: torch.softmax(x, -1)))
+    if x.shape[1] <= LIGER_MAX_N:
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+        out.append(("liger", lambda: LigerSoftmaxFunction.apply(x)))
+    return out
+
+
+def backward_candidates(y: torch.Tensor, dy: torch.Tensor, plans) -> list:
+    dx = torch.empty_like(y)
+    out = [(f"lab:{name}", lambda p=plan: softmax_bwd(y, dy, p, out=dx)) for name, plan in plans]
+    out.append(("torch", lambda: torch._softmax_backward_data(dy, y, -1, y.dtype)))
+    if y.shape[1] <= LIGER_MAX_N:
+        from experiments._softmax import _liger_backward
+        out.append(("liger", lambda: _liger_backward(y, dy)))
+    return out
+
+
+def probe_shape(n: int, dtype: torch.dtype, ceiling: float, rounds: int, plans=lab_plans, m: int | None = None,
+                directions=("forward", "backward"), extra=()) -> list[dict]:
+    m = m or math.ceil(MIN_BYTES / (2 * n))
+    size = torch.empty((), dtype=dtype).element_size()
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    x = (torch.randn(m, n, device="cuda", generator=gen) * 3).to(dtype)
+    key = {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n}
+    rows = []
+    if "forward" in directions:
+        rows += measure_held(forward_candidates(x, plans(m, n, dtype, "forward")) + [(v, f(x)) for v, f in extra],
+                             reference.softmax_float64(x[:64]), 2 * m * n * size, ceiling,
+                             {**key, "direction": "forward"}, rounds)
+    if "backward" not in directions:
+        return rows
+    y = torch.softmax(x.float(), -1).to(dtype)
+    del x
+    dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
+    rows += measure_held(backward_candidates(y, dy, plans(m, n, dtype, "backward")),
+                         reference.softmax_backward(y[:64].double(), dy[:64].double()), 3 * m * n * size, ceiling,
+                         {**key, "direction": "backward"}, rounds)
+    del y, dy
+    torch.cuda.empty_cache()
+    return rows
+
+
+# Round 2: lengths the rules were not chosen on (odd ones included), then the sweeps' lengths the rules touch.
+ROUND2_N = (9001, 10500, 11111, 14000, 17001, 18500, 21000, 23333, 27000, 36001, 45001, 77777, 200001)
+ROUND2_SWEEP = ((4096, 9216, "forward"), (4096, 10240, "forward"), (8192, 32768, "backward"),
+                (4096, 65536, "backward"), (2048, 131072, "backward"), (1024, 262144, "backward"))
+ROUND2_LEAD_N = (65536, 131072, 262144)
+
+
+def run_round2(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    rows: list[dict] = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    ceiling = result["copy_ceiling_gbs"]
+    for n in ROUND2_LEAD_N:  # bf16 forward at M*N = 2^28, the long-rows experiment's size
+        if time.time() - start > deadline:
+            return rows
+        extra = [(f"pipelined/b{b}w{w}p{k}", lambda x, b=b, w=w, k=k: pipelined_forward(x, b, w, k * sms))
+                 for b, w in ((8192, 4), (8192, 8)) for k in (2, 3, 4)]
+        rows += probe_shape(n, torch.bfloat16, ceiling, rounds, lambda m, n, d, r: [("auto", plan_softmax(m, n, d, "auto", True, r))],
+                            2**28 // n, ("forward",), extra)
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
+    for m, n, direction in ROUND2_SWEEP:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            if time.time() - start > deadline:
+                return rows
+            if direction == "forward" and dtype == torch.float32:
+                continue
+            rows += probe_shape(n, dtype, ceiling, rounds, round2_plans, m, (direction,))
+    for n in ROUND2_N:
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            if time.time() - start > deadline:
+                return rows
+            rows += probe_shape(n, dtype, ceiling, rounds, round2_plans)
+            result["rows"] = rows
+            out.write_text(json.dumps(result, indent=1))
+    return rows
+
+
+def summarize(rows: list[dict]) -> None:
+    print("\n== auto, no cut / previous, best lab variant, best peer (% of the copy ceiling)")
+    keys = sorted({(r["direction"], r["dtype"], r["N"]) for r in rows})
+    for key in keys:
+        at = {r["variant"]: r for r in rows if (r["direction"], r["dtype"], r["N"]) == key and "pct" in r}
+        lab = max((r for v, r in at.items() if v.startswith("lab:")), key=lambda r: r["pct"], default=None)
+        peer = max((r for v, r in at.items() if not v.startswith("lab:")), key=lambda r: r["pct"], default=None)
+        pct = lambda v: f"{at[v]['pct']:5.1f}" if v in at else "  -  "  # noqa: E731
+        print(f"{key[0]:<8} {key[1]:<8} N={key[2]:<7} auto {pct('lab:auto')} no-cut {pct('lab:auto-no-cut')} prev {pct('lab:previous')} "
+              f"best {lab['variant'] if lab else '-':<18} {lab['pct'] if lab else float('nan'):5.1f} "
+              f"peer {peer['variant'] if peer else '-':<6} {peer['pct'] if peer else float('nan'):5.1f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--deadline", type=float, default=480.0, help="stop starting shapes after this many s")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--n", type=lambda s: tuple(int(v) for v in s.split(",")), default=ROW_LENGTHS)
+    parser.add_argument("--round", type=int, choices=(1, 2), default=1,
+                        help="1: the cut and the plans' neighbours; 2: the chosen rules against the previous plan "
+                             "at other lengths, the sweeps' lengths, and the pipelined split-row lead")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("probe_any_n: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    start = time.time()
+    result = probe_header(timing="lab clock: L2 flushed, device held, candidates interleaved", rows=[])
+    if args.round == 2:
+        result["rows"] = run_round2(result, start, args.deadline, args.rounds, args.out)
+        args.n = ()
+    for n in args.n:
+        for dtype in DTYPES:
+            if time.time() - start > args.deadline:
+                result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+                break
+            result["rows"] += probe_shape(n, dtype, result["copy_ceiling_gbs"], args.rounds)
+            args.out.write_text(json.dumps(result, indent=1))
+    result["wall_s"] = time.time() - start
+    args.out.write_text(json.dumps(result, indent=1))
+    summarize(result["rows"])
+    return 0
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A lead for long 16-bit rows: split-row whose programs stay resident and overlap the wait with the next slice
+# ---------------------------------------------------------------------------------------------------------
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from kernels.softmax_kernels import _wait_for_row  # noqa: E402
+
+
+@triton.jit
+def _slice_partials(x_ptr, part_m_ptr, part_d_ptr, ticket, n_cols, n_splits, x_row_stride, valid,
+                    BLOCK_N: tl.constexpr):
+    row = ticket // n_splits
+    cols = (ticket % n_splits) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (cols < n_cols) & valid
+    x = tl.load(x_ptr + row.to(tl.int64) * x_row_stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    m_safe = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m_safe)
+    if valid:
+        tl.store(part_m_ptr + ticket, m)
+        tl.store(part_d_ptr + ticket, tl.sum(e, axis=0))
+    return e, m, m_safe
+
+
+@triton.jit
+def _arrive(counter_ptr, n_splits):
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel") + 1
+    if arrived == n_splits:
+        tl.atomic_xchg(counter_ptr, 0, sem="release")
+    return arrived
+
+
+@triton.jit
+def _fwd_split_row_pipelined_kernel(x_ptr, y_ptr, part_m_ptr, part_d_ptr, sync_ptr, n_cols, n_splits, n_tickets,
+                                    x_row_stride, y_row_stride, BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr):
+    # Persistent programs, each taking tickets in arrival order. A program loads its next slice, stores that
+    # slice's partials and arrives for it before it waits for the row of the slice it holds, so its loads
+    # overlap its partners' arrival. Every program arrives for each ticket it takes before it waits for any,
+    # so a wait ends as long as more programs run than a row has slices.
+    ticket = tl.atomic_add(sync_ptr, 1)
+    valid = ticket < n_tickets
+    e, m, m_safe = _slice_partials(x_ptr, part_m_ptr, part_d_ptr, ticket, n_cols, n_splits, x_row_stride, valid,
+                                   BLOCK_N)
+    arrived = n_splits
+    if valid:
+        arrived = _arrive(sync_ptr + 1 + ticket // n_splits, n_splits)
+    while valid:
+        nxt = tl.atomic_add(sync_ptr, 1)
+        nxt_valid = nxt < n_tickets
+        e_n, m_n, m_safe_n = _slice_partials(x_ptr, part_m_ptr, part_d_ptr, nxt, n_cols, n_splits, x_row_stride,
+                                             nxt_valid, BLOCK_N)
+        arrived_n = n_splits
+        if nxt_valid:
+            arrived_n = _arrive(sync_ptr + 1 + nxt // n_splits, n_splits)
+        row = ticket // n_splits
+        _wait_for_row(sync_ptr + 1 + row, arrived, n_splits)
+        parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+        in_row = tl.arange(0, SPLITS_POW2) < n_splits
+        pm = tl.load(part_m_ptr + parts, mask=in_row, other=-float("inf"), volatile=True)
+        pd = tl.load(part_d_ptr + parts, mask=in_row, other=0.0, volatile=True)
+        m_row = tl.max(pm, axis=0)
+        d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
+        scale = tl.where(m == -float("inf"), 0.0, tl.exp(m_safe - m_row)) / d_row
+        cols = (ticket % n_splits) * BLOCK_N + tl.arange(0, BLOCK_N)
+        tl.store(y_ptr + row.to(tl.int64) * y_row_stride + cols, (e * scale).to(y_ptr.dtype.element_ty),
+                 mask=cols < n_cols)
+        ticket, valid, e, m, m_safe, arrived = nxt, nxt_valid, e_n, m_n, m_safe_n, arrived_n
+    # The last ticket ever taken (one past the work per program) sets the ticket counter back to zero.
+    if ticket == n_tickets + tl.num_programs(0) - 1:
+        tl.atomic_xchg(sync_ptr, 0)
+
+
+def pipelined_forward(x: torch.Tensor, block_n: int, warps: int, programs: int):
+    m, n = x.shape
+    splits = math.ceil(n / block_n)
+    part = torch.empty(2, m * splits, dtype=torch.float32, device=x.device)
+    sync = torch.zeros(1 + m, dtype=torch.int32, device=x.device)
+    y = torch.empty_like(x)
+
+    def run():
+        _fwd_split_row_pipelined_kernel[(programs,)](
+            x, y, part[0], part[1], sync, n, splits, m * splits, x.stride(0), y.stride(0),
+            BLOCK_N=block_n, SPLITS_POW2=1 << (splits - 1).bit_length(), num_warps=warps)
+        return y
+
+    return run
+
+
+if __name__ == "__main__":
+    sys.exit(main())

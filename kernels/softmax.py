@@ -39,6 +39,7 @@ from kernels.softmax_kernels import (  # noqa: F401  (_wait_for_row and the forw
     _softmax_bwd_split_row_kernel,
     _softmax_fwd_online_kernel,
     _softmax_fwd_row_kernel,
+    _softmax_fwd_rows_pipelined_kernel,
     _softmax_fwd_single_block_kernel,
     _softmax_fwd_split_row_kernel,
     _wait_for_row,
@@ -52,6 +53,7 @@ from kernels.softmax_plan import (  # noqa: F401  (re-exported: the plan is impo
     SoftmaxPlan,
     _next_power_of_2,
     choose_impl,
+    device_sms,
     plan_softmax,
     single_block_lanes,
 )
@@ -114,6 +116,10 @@ def _fwd_launch(x: torch.Tensor, y: torch.Tensor, plan: SoftmaxPlan, workspace) 
     # x's cut, and whether y's rows share it (else y's body is stored element by element).
     cut = _cut_rows(plan, x)
     edges = dict(EDGES=cut, Y_ALIGNED=cut and _cut_rows(plan, x, y), VEC=16 // x.element_size())
+    if plan.impl == "single_block" and plan.stages > 1:
+        return _softmax_fwd_rows_pipelined_kernel, grid, (x, y, n_rows, n_cols, x.stride(0), y.stride(0)), dict(
+            BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(x, y), num_warps=warps,
+            STAGES=plan.stages, **edges)
     if plan.impl == "single_block" and plan.rows_per_program == 1:
         return _softmax_fwd_row_kernel, grid, (x, y, n_cols, x.stride(0), y.stride(0)), dict(
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(x, y), num_warps=warps,
@@ -231,7 +237,7 @@ def _new_route(x: torch.Tensor, dim: int, impl: str) -> _Route:
     x_rows = _matrix_view(x, dim)
     route.direct = x_rows is not None
     row_stride = x_rows.stride(0) if route.direct else None
-    route.plan = plan = plan_softmax(n_rows, n_cols, dtype, impl, row_stride=row_stride)
+    route.plan = plan = plan_softmax(n_rows, n_cols, dtype, impl, row_stride=row_stride, sms=device_sms(device))
     if route.direct:
         alloc = torch.empty_like if x.is_contiguous() else lambda t: torch.empty(shape, dtype=dtype, device=device)
         y_rows = alloc(x).view(n_rows, n_cols)
@@ -304,7 +310,8 @@ def _traceable(kernel):
 def _softmax_op(x: torch.Tensor, dim: int, impl: str) -> torch.Tensor:
     x_rows = _as_rows(x, dim)
     y_rows = torch.empty(x_rows.shape, dtype=x.dtype, device=x.device)
-    plan = plan_softmax(x_rows.shape[0], int(x_rows.shape[1]), x.dtype, impl, row_stride=x_rows.stride(0))
+    plan = plan_softmax(x_rows.shape[0], int(x_rows.shape[1]), x.dtype, impl, row_stride=x_rows.stride(0),
+                        sms=device_sms(x.device))
     kernel, grid, args, meta = _fwd_launch(x_rows, y_rows, plan, _fresh_workspace)
     _traceable(kernel)[grid](*args, **meta)
     return _from_rows(y_rows, x, dim)

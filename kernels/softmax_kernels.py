@@ -8,7 +8,8 @@ Schedules, with the DRAM bytes each moves for an M x N input of `size`-byte elem
 * single-block: a whole row (or several short rows) lives in registers, as one power-of-two block of lanes
   or, just past a power of two, as a head and a small tail (single_block_lanes). Forward reads x once and
   writes y once: 2*M*N*size. Backward reads y and dy once and writes dx once: 3*M*N*size. Rows longer than
-  MAX_SINGLE_BLOCK_N are refused: the registers spill long before that.
+  MAX_SINGLE_BLOCK_N are refused: the registers spill long before that. Plans with `stages` > 1 run it on a
+  persistent grid whose programs walk rows with the next rows' loads in flight (same bytes).
 * split-row: a long row is cut into slices held in the registers of cooperating programs, which merge
   their (m, d) pairs through global memory: 2*M*N*size forward, 3*M*N*size backward, like single-block, for
   rows too long for one program. GPU only (the programs wait for each other; the interpreter runs one
@@ -85,22 +86,16 @@ def _edge_offsets(head, n_body, n_cols, VEC: tl.constexpr):
 
 
 @triton.jit
-def _softmax_fwd_row_kernel(
-    x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
-    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROW_OFFSET_64: tl.constexpr,
-    EDGES: tl.constexpr, Y_ALIGNED: tl.constexpr, VEC: tl.constexpr,
+def _softmax_fwd_row(
+    x_ptr, y_ptr, row, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, EDGES: tl.constexpr, Y_ALIGNED: tl.constexpr, VEC: tl.constexpr,
 ):
-    # The single-block forward for plans of one row per program: the same head and tail lanes and bytes as
-    # _softmax_fwd_single_block_kernel, written on 1-D blocks. Its [1, BLOCK_N] form measured 0.1-2.3 points
-    # of the copy ceiling slower (fp32, 4096 rows of 2304-12672, H100, probe rounds 8 and 9). Row offsets
-    # are 32-bit unless some element lies 2^31 or more past its tensor's start (ROW_OFFSET_64): the 32-bit
-    # form measured up to 0.9 points faster (probe round 8).
+    # One row of the single-block forward, for plans of one row a program: the same head and tail lanes and
+    # bytes as _softmax_fwd_single_block_kernel, written on 1-D blocks. Its [1, BLOCK_N] form measured 0.1-2.3
+    # points of the copy ceiling slower (fp32, 4096 rows of 2304-12672, H100, probe rounds 8 and 9).
     # EDGES: the row is cut at 16-byte boundaries (_row_cut): the lanes hold its aligned body, a block of
     # 2*VEC lanes its head and tail. Y_ALIGNED: y's rows start at the same offset from a 16-byte boundary as
     # x's, so y's body is stored as vectors too.
-    row = tl.program_id(0)
-    if ROW_OFFSET_64:
-        row = row.to(tl.int64)
     if EDGES:
         x_start, head, n_main = _row_cut(row, x_row_stride, n_cols, VEC)
         x_row = x_ptr + tl.multiple_of(x_start + head, VEC)
@@ -137,6 +132,39 @@ def _softmax_fwd_row_kernel(
         tl.store(y_row + tail_cols, (e_tail * inv_d).to(y_ptr.dtype.element_ty), mask=tail_cols < n_main)
     if EDGES:
         tl.store(y_row + edge, (e_edge * inv_d).to(y_ptr.dtype.element_ty), mask=edge_in)
+
+
+@triton.jit
+def _softmax_fwd_row_kernel(
+    x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROW_OFFSET_64: tl.constexpr,
+    EDGES: tl.constexpr, Y_ALIGNED: tl.constexpr, VEC: tl.constexpr,
+):
+    # The single-block forward, one row a program (_softmax_fwd_row). Row offsets are 32-bit unless some
+    # element lies 2^31 or more past its tensor's start (ROW_OFFSET_64): the 32-bit form measured up to 0.9
+    # points faster (probe round 8).
+    row = tl.program_id(0)
+    if ROW_OFFSET_64:
+        row = row.to(tl.int64)
+    _softmax_fwd_row(x_ptr, y_ptr, row, n_cols, x_row_stride, y_row_stride, BLOCK_N, TAIL_N, EDGES, Y_ALIGNED, VEC)
+
+
+@triton.jit
+def _softmax_fwd_rows_pipelined_kernel(
+    x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
+    BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROW_OFFSET_64: tl.constexpr,
+    EDGES: tl.constexpr, Y_ALIGNED: tl.constexpr, VEC: tl.constexpr, STAGES: tl.constexpr,
+):
+    # The single-block forward on a persistent grid: each program walks rows pid, pid + programs, ... and the
+    # compiler's software pipeline (STAGES) copies the next rows into shared memory while the program reduces
+    # and stores the current one. A one-row program has no load in flight between its load and its store;
+    # for 2-byte rows of 16k-24k lanes only two or three such programs fit an SM, too few to keep DRAM busy.
+    for i in tl.range(tl.program_id(0), n_rows, tl.num_programs(0), num_stages=STAGES):
+        row = i
+        if ROW_OFFSET_64:
+            row = i.to(tl.int64)
+        _softmax_fwd_row(x_ptr, y_ptr, row, n_cols, x_row_stride, y_row_stride, BLOCK_N, TAIL_N, EDGES,
+                         Y_ALIGNED, VEC)
 
 
 @triton.jit

@@ -8,6 +8,7 @@ triton.next_power_of_2 are constexpr functions whose host-side calls cost micros
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 import torch
@@ -74,6 +75,25 @@ _WIDE_TAIL_HEADS = (8192, 16384)
 _WIDE_TAIL_FRACTION = 4
 _WIDE_TAIL_WARPS = 16
 
+# ...and 2-byte forward rows whose lanes are a head of 16,384 plus a tail (N = 16,385-24,576), or an
+# 8192 head plus a wide tail on a cut row, run on a persistent grid with their next rows' loads pipelined
+# (SoftmaxPlan.stages, _softmax_fwd_rows_pipelined_kernel). One-row programs of that many lanes leave DRAM
+# idle between a row's load and its store. Measured on the H100 (tools/probe_any_n.py rounds 4 and 5,
+# M*N*2 = 256 MiB, bf16 unless named; lengths of round 5 not chosen on): 17,523 76.0 -> 89.0% of the copy
+# ceiling; 18,000 81.8 -> 88.3; 19,999 84.7 -> 88.1; 20,480 (M = 4096) 84.3 -> 89.7; 21,439 68.2 -> 75.8;
+# 22,000 76.1 -> 88.7 (fp16 76.3 -> 88.6); 24,576 82.2 -> 91.9; 9512 74.8 -> 86.4; 10,039 76.6 -> 85.3.
+# Where one-row programs already reach 88-98% (8192 heads with short tails, one 16,384-lane block) the
+# persistent grid measured 1-12 points lower, and at 27,000-32,768 lanes (one 32,768 block) it was mixed
+# (+5 at 27,000, -2 to -3 at 31,000 and 32,768): those keep one row a program. Warps: 8, and 16 for a tail
+# of 8192 (8 warps measured 66% there, 16 warps 76-92%); three stages (four measured up to 13 points lower
+# where the stages no longer leave two programs an SM); two programs an SM.
+_PIPELINED_HEAD = 16384  # this head with a tail of _PIPELINED_MIN_TAIL up to half the head
+_PIPELINED_CUT_HEAD = 8192  # this head, on cut rows only, with a tail of _PIPELINED_MIN_TAIL
+_PIPELINED_MIN_TAIL = 2048  # shorter tails are unmeasured on the persistent grid and keep one row a program
+_PIPELINED_WARPS = ((4096, 8), (8192, 16))  # (largest tail, warps)
+_PIPELINED_STAGES = 3
+_PIPELINED_PROGRAMS_PER_SM = 2
+
 # Online settings: tile width by element size (bytes); one tile is 16 KiB of input per program.
 _ONLINE_BLOCK_N = {4: 4096, 2: 8192}
 _ONLINE_WARPS = 8
@@ -111,6 +131,7 @@ class SoftmaxPlan:
     splits: int = 1  # programs per row (split_row only)
     tail_n: int = 0  # lanes of a row past the first block_n (single_block only; 0: none)
     edges: bool = False  # rows cut at 16-byte boundaries: vector loads for the body, head and tail apart
+    stages: int = 1  # >1: a persistent grid walks rows, the next rows' loads pipelined (single_block only)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -181,6 +202,32 @@ def single_block_lanes(n_cols: int, wide_tail: bool = False) -> tuple[int, int]:
     return head, tail
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def device_sms(device: torch.device | None = None) -> int:
+    """Streaming multiprocessors of a CUDA device (None: the current one) that its kernels run on; 0 under
+    Triton's interpreter or without CUDA, where no plan depends on them."""
+    if interpreter_enabled() or not torch.cuda.is_available() or (device is not None and device.type != "cuda"):
+        return 0
+    index = torch.cuda.current_device() if device is None or device.index is None else device.index
+    return _cuda_sms(index)
+
+
+def _pipelined_lanes(n_cols: int, block_n: int, tail_n: int, edges: bool) -> tuple[int, int] | None:
+    """(head, tail) of a 2-byte forward row run on the pipelined persistent grid, or None to keep one row a
+    program (the rule and its measurements: _PIPELINED_HEAD above)."""
+    head = _next_power_of_2(n_cols) // 2
+    tail = _next_power_of_2(n_cols - head)
+    if head == _PIPELINED_HEAD and _PIPELINED_MIN_TAIL <= tail <= head // 2:
+        return head, tail
+    if edges and block_n == _PIPELINED_CUT_HEAD and tail_n >= _PIPELINED_MIN_TAIL:
+        return block_n, tail_n
+    return None
+
+
 def plan_softmax(
     n_rows: int,
     n_cols: int,
@@ -189,9 +236,12 @@ def plan_softmax(
     allow_split_row: bool | None = None,
     direction: str = "forward",
     row_stride: int | None = None,
+    sms: int | None = None,
 ) -> SoftmaxPlan:
     """Launch plan for a row softmax over an n_rows x n_cols matrix; `direction` is "forward" or "backward";
-    `row_stride`: elements from one row's start to the next (None: n_cols, rows back to back)."""
+    `row_stride`: elements from one row's start to the next (None: n_cols, rows back to back); `sms`: the
+    streaming multiprocessors the launch runs on (None: device_sms() of the current device; 0: no persistent
+    grid)."""
     if impl not in IMPLS:
         raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
     if direction not in DIRECTIONS:
@@ -218,6 +268,13 @@ def plan_softmax(
         else:
             num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
         rows = max(1, _LANES_PER_PROGRAM // (block_n + tail_n))  # block_n alone is a power of two here
+        sms = device_sms() if sms is None else sms
+        pipelined = _pipelined_lanes(n_cols, block_n, tail_n, edges) if wide_tail and rows == 1 and sms else None
+        if pipelined:
+            block_n, tail_n = pipelined
+            num_warps = next(w for limit, w in _PIPELINED_WARPS if tail_n <= limit)
+            return SoftmaxPlan("single_block", block_n, 1, num_warps, min(n_rows, _PIPELINED_PROGRAMS_PER_SM * sms),
+                               tail_n=tail_n, edges=edges, stages=_PIPELINED_STAGES)
         return SoftmaxPlan("single_block", block_n, rows, num_warps, _cdiv(n_rows, rows), tail_n=tail_n,
                            edges=edges and rows == 1)
     if impl == "split_row":

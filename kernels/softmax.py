@@ -3,9 +3,10 @@
     y = softmax(x),  y_j = exp(x_j - m) / d,  m = max_k x_k,  d = sum_k exp(x_k - m)
     dx = y * (dy - dot),  dot = <dy, y> = sum_k dy_k * y_k
 
-Three files, read in this order: the kernels and the bytes each schedule moves (kernels/softmax_kernels.py),
-the launch plan, which picks a schedule and its settings from the row length and dtype
-(kernels/softmax_plan.py), and this module, which launches them.
+Four files, read in this order: the kernels and the bytes each schedule moves (kernels/softmax_kernels.py,
+and kernels/softmax_split_row_kernels.py for rows cut across programs), the launch plan, which picks a
+schedule and its settings from the row length and dtype (kernels/softmax_plan.py), and this module, which
+launches them.
 
 `impl="auto"` takes single-block up to a row length set per direction and dtype, and split-row beyond it
 (online under the interpreter, or past MAX_SPLITS slices); AUTO_SINGLE_BLOCK_MAX_N records the measurements
@@ -32,15 +33,18 @@ from triton.runtime.jit import JITFunction
 
 from kernels._checks import check_device, check_dtype, normalize_dim
 from kernels._launch import bind, stream_workspace
-from kernels.softmax_kernels import (  # noqa: F401  (_wait_for_row and the forward kernels: the tuning probe's)
+from kernels.softmax_kernels import (  # noqa: F401  (the forward kernels: the tuning probe's)
     _softmax_bwd_online_kernel,
     _softmax_bwd_row_kernel,
+    _softmax_bwd_rows_pipelined_kernel,
     _softmax_bwd_single_block_kernel,
-    _softmax_bwd_split_row_kernel,
     _softmax_fwd_online_kernel,
     _softmax_fwd_row_kernel,
     _softmax_fwd_rows_pipelined_kernel,
     _softmax_fwd_single_block_kernel,
+)
+from kernels.softmax_split_row_kernels import (  # noqa: F401  (_wait_for_row: the tuning probe's)
+    _softmax_bwd_split_row_kernel,
     _softmax_fwd_split_row_kernel,
     _wait_for_row,
 )
@@ -142,6 +146,10 @@ def _bwd_launch(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, plan: Softm
     grid, warps = (plan.grid,), plan.num_warps
     strides = (y.stride(0), dy.stride(0), dx.stride(0))
     edges = dict(EDGES=_cut_rows(plan, y, dy, dx), VEC=16 // y.element_size())
+    if plan.impl == "single_block" and plan.stages > 1:
+        return _softmax_bwd_rows_pipelined_kernel, grid, (y, dy, dx, n_rows, n_cols, *strides), dict(
+            BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(y, dy, dx),
+            num_warps=warps, STAGES=plan.stages, **edges)
     if plan.impl == "single_block" and edges["EDGES"]:
         return _softmax_bwd_row_kernel, grid, (y, dy, dx, n_cols, *strides), dict(
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(y, dy, dx),

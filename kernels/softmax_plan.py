@@ -66,14 +66,17 @@ _MIN_BLOCK_N = 16
 _TAIL_MIN_N = 4096
 _TAIL_MAX_LANES = {4096: 512, 8192: 128}
 _TAIL_MAX_FRACTION = 16
-# ...except the forward of 2-byte rows, whose heads of 8192 and 16384 lanes take tails of up to a quarter of
-# the head, on 16 warps. A bf16 row moves half the bytes of an fp32 row of the same lanes, so the lanes a
-# padded block wastes cost it twice: at N = 10,000 and 20,000 (H100, M*N*2 = 256 MiB, tools/probe_any_n.py)
-# 8192 + 2048 lanes measured 94.8% of the copy ceiling against 87.3% for one 16,384-lane block, and
-# 16,384 + 4096 lanes 84.6% against 70.6%; fp32 rows lost 0.6-0.7 points the same way, so they keep the rule.
-_WIDE_TAIL_HEADS = (8192, 16384)
+# ...except 2-byte rows, whose heads in _WIDE_TAIL_HEADS[direction] take tails of up to a quarter of the
+# head, on the warps the table gives. A bf16 row moves half the bytes of an fp32 row of the same lanes, so the
+# lanes a padded block wastes cost it twice. Forward: at N = 10,000 and 20,000 (H100, M*N*2 = 256 MiB,
+# tools/probe_any_n.py round 1) 8192 + 2048 lanes measured 94.8% of the copy ceiling against 87.3% for one
+# 16,384-lane block, and 16,384 + 4096 lanes 84.6% against 70.6%; fp32 rows lost 0.6-0.7 points the same way,
+# so they keep the rule. Backward (round 6, bf16 and fp16): a 4096 head with a 1024 tail measured 99.5-99.7%
+# against 91.2-96.5% for one 8192 block at N = 4610 and 5000; longer heads were mixed (8192 + 4096 at 10,920:
+# +3 points; 8192 + 2048 at 9512: -5) or lost (16,384 + 2048-8192 at 18,000-21,439: -16 to -18), so they
+# keep fp32's rule.
+_WIDE_TAIL_HEADS = {"forward": {8192: 16, 16384: 16}, "backward": {4096: 4}}  # head -> num_warps
 _WIDE_TAIL_FRACTION = 4
-_WIDE_TAIL_WARPS = 16
 
 # ...and 2-byte forward rows whose lanes are a head of 16,384 plus a tail (N = 16,385-24,576), or an
 # 8192 head plus a wide tail on a cut row, run on a persistent grid with their next rows' loads pipelined
@@ -98,16 +101,14 @@ _PIPELINED_PROGRAMS_PER_SM = 2
 _ONLINE_BLOCK_N = {4: 4096, 2: 8192}
 _ONLINE_WARPS = 8
 
-# Split-row settings by element size: (slice width BLOCK_N, num_warps). A row needs all its slices resident
-# at once, so the number of slices is capped far below what one wave of 132 SMs holds.
-_SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (4096, 4), 2: (4096, 4)}}
-# The backward's slices, measured on the H100 with tools/probe_any_n.py (rounds 1 and 2, 31 row lengths of
-# 17,001-262,144): fp32 slices of 4096 on 4 warps beat slices of 8192 on 8 at every length, by 1-11 points of
-# the copy ceiling. 2-byte rows gain 8-14 points from them where they leave fewer lanes idle in a row's last
-# slice (36,001: 82.5% against 68.5%), and lose 3-7 where both widths tile the row alike (65,536-262,144:
-# 87-90% against 91-94%); so 2-byte rows take 8192-wide slices unless 4096-wide ones hold the row in fewer
-# lanes (split_row_settings). Rows that would need more than MAX_SPLITS slices take the wider ones.
-_WIDE_SPLIT_ROW = {"forward": (8192, 4), "backward": (8192, 8)}
+# Split-row settings by direction and element size: (slice width BLOCK_N, num_warps). A row needs all its
+# slices resident at once, so the number of slices is capped far below what one wave of 132 SMs holds.
+# The backward's, measured on the H100 with tools/probe_any_n.py (M*N*size of 256 MiB-1 GiB, 35 lengths of
+# 17,001-262,144, all three dtypes): slices of 8192 on 4 warps were within a point of the best of 4096-16,384
+# lanes on 2-16 warps at every length but one (bf16 36,481: 81.8% of the copy ceiling against 82.7% on 4096 x
+# 2), also where narrower slices hold the row in fewer lanes (fp32 17,001: 95.8% against 94.5% on 4096 x 4;
+# bf16 200,001: 89.0% against 83.4%). On 8 warps they measured 1-14 points lower (rounds 6 and 7).
+_SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 4), 2: (8192, 4)}}
 DIRECTIONS = ("forward", "backward")
 MAX_SPLITS = 64
 
@@ -167,35 +168,21 @@ def _next_power_of_2(n: int) -> int:
 
 
 def _split_row_count(n_cols: int, dtype: torch.dtype) -> int:
-    # Rows split at this length in both directions: the widest slices decide, so forward and backward
-    # dispatch alike.
-    return _cdiv(n_cols, _WIDE_SPLIT_ROW["forward"][0])
+    # The forward's slices decide, so the forward and the backward of a row dispatch alike.
+    return _cdiv(n_cols, _SPLIT_ROW_SETTINGS["forward"][_element_size(dtype)][0])
 
 
-def split_row_settings(n_cols: int, dtype: torch.dtype, direction: str) -> tuple[int, int]:
-    """(slice width, num_warps) of a split-row launch: the direction's slices, or the wider ones when the
-    row would need more than MAX_SPLITS of them."""
-    block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
-    wide = _WIDE_SPLIT_ROW[direction]
-    if _cdiv(n_cols, block_n) > MAX_SPLITS:
-        return wide
-    if _element_size(dtype) == 2 and _cdiv(n_cols, wide[0]) * wide[0] <= _cdiv(n_cols, block_n) * block_n:
-        return wide  # the narrow slices would hold the row in no fewer lanes
-    return block_n, num_warps
-
-
-def single_block_lanes(n_cols: int, wide_tail: bool = False) -> tuple[int, int]:
+def single_block_lanes(n_cols: int, wide_heads: tuple[int, ...] = ()) -> tuple[int, int]:
     """(head, tail) lanes of a single-block row: a row of N = 4224 takes 4096 + 128 lanes where one
     power-of-two block would take 8192. The head is the largest power of two below N, the tail the smallest
     power of two (at least _MIN_BLOCK_N) that covers the rest. Rows that are a power of two, shorter than
     _TAIL_MIN_N, or whose tail would exceed the head's limit (_TAIL_MAX_LANES, else head / _TAIL_MAX_FRACTION;
-    with `wide_tail`, heads in _WIDE_TAIL_HEADS allow head / _WIDE_TAIL_FRACTION) take one block:
-    (next power of two, 0)."""
+    heads in `wide_heads` allow head / _WIDE_TAIL_FRACTION) take one block: (next power of two, 0)."""
     padded = max(_MIN_BLOCK_N, _next_power_of_2(n_cols))
     head = padded // 2
     tail = max(_MIN_BLOCK_N, _next_power_of_2(n_cols - head)) if n_cols > head else 0
     max_tail = _TAIL_MAX_LANES.get(head, head // _TAIL_MAX_FRACTION)
-    if wide_tail and head in _WIDE_TAIL_HEADS:
+    if head in wide_heads:
         max_tail = head // _WIDE_TAIL_FRACTION
     if padded == n_cols or n_cols < _TAIL_MIN_N or tail > max_tail:
         return padded, 0
@@ -257,10 +244,11 @@ def plan_softmax(
                 f"softmax: impl='single_block' holds a row in registers and accepts N <= {MAX_SINGLE_BLOCK_N}, "
                 f"got N = {n_cols}; use impl='online' or impl='auto'."
             )
-        wide_tail = direction == "forward" and _element_size(dtype) == 2
-        block_n, tail_n = single_block_lanes(n_cols, wide_tail)
+        two_byte = _element_size(dtype) == 2
+        wide_heads = _WIDE_TAIL_HEADS[direction] if two_byte else {}
+        block_n, tail_n = single_block_lanes(n_cols, tuple(wide_heads))
         if tail_n and tail_n > _TAIL_MAX_LANES.get(block_n, block_n // _TAIL_MAX_FRACTION):
-            num_warps = _WIDE_TAIL_WARPS
+            num_warps = wide_heads[block_n]
         elif tail_n:
             num_warps = _TAIL_WARPS[block_n]
         elif block_n <= _ONE_WARP_MAX_N.get(_element_size(dtype), 0):
@@ -269,7 +257,8 @@ def plan_softmax(
             num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
         rows = max(1, _LANES_PER_PROGRAM // (block_n + tail_n))  # block_n alone is a power of two here
         sms = device_sms() if sms is None else sms
-        pipelined = _pipelined_lanes(n_cols, block_n, tail_n, edges) if wide_tail and rows == 1 and sms else None
+        forward_pipelined = direction == "forward" and two_byte and rows == 1 and sms
+        pipelined = _pipelined_lanes(n_cols, block_n, tail_n, edges) if forward_pipelined else None
         if pipelined:
             block_n, tail_n = pipelined
             num_warps = next(w for limit, w in _PIPELINED_WARPS if tail_n <= limit)
@@ -278,7 +267,7 @@ def plan_softmax(
         return SoftmaxPlan("single_block", block_n, rows, num_warps, _cdiv(n_rows, rows), tail_n=tail_n,
                            edges=edges and rows == 1)
     if impl == "split_row":
-        block_n, num_warps = split_row_settings(n_cols, dtype, direction)
+        block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
         splits = _cdiv(n_cols, block_n)
         return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits, edges=edges)
     block_n = min(_ONLINE_BLOCK_N[_element_size(dtype)], max(_MIN_BLOCK_N, _next_power_of_2(n_cols)))

@@ -183,7 +183,11 @@ def test_math_survives_instant_navigation(site, visit):
     visit.page.evaluate("() => { window.__sameDocument = true; }")
     visit.page.click('article a[href$="writeups/online-softmax/"]')
     visit.page.wait_for_url(re.compile(r"writeups/online-softmax/$"))
-    visit.page.wait_for_selector("article .arithmatex .katex")
+    # The URL changes before the new content is swapped in, and the page it leaves may hold typeset math too:
+    # wait for the post's own formulas (it has dozens) to be in place and typeset; a timeout fails the test.
+    visit.page.wait_for_function(
+        "() => { const f = document.querySelectorAll('article .arithmatex');"
+        " return f.length > 10 && Array.from(f).every((el) => el.querySelector('.katex')); }")
     # Material's instant navigation swapped the page in place: the marker set above is still there.
     assert visit.page.evaluate("() => window.__sameDocument === true")
     facts = visit.page.evaluate(PAGE_FACTS)

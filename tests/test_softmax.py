@@ -499,17 +499,29 @@ def test_two_byte_forward_takes_wide_tails(dtype, n, block_n, tail_n, warps):
     plan = plan_softmax(1000, n, dtype, "single_block", sms=0)
     assert (plan.block_n, plan.tail_n, plan.num_warps) == (block_n, tail_n, warps)
     backward = plan_softmax(1000, n, dtype, "single_block", direction="backward")
-    assert backward.tail_n <= {8192: 128}.get(backward.block_n, backward.block_n // 16)  # the backward keeps fp32's rule
+    assert backward.tail_n <= {8192: 128}.get(backward.block_n, backward.block_n // 16)  # past 8192, fp32's rule
+
+
+@pytest.mark.parametrize("n,block_n,tail_n", [(4100, 4096, 16), (4608, 4096, 512), (4609, 4096, 1024),
+                                              (4610, 4096, 1024), (5120, 4096, 1024), (5121, 8192, 0),
+                                              (8200, 8192, 16), (8400, 16384, 0)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_two_byte_backward_takes_a_wide_tail_on_a_4096_head(dtype, n, block_n, tail_n):
+    plan = plan_softmax(1000, n, dtype, "single_block", direction="backward")
+    if dtype == torch.float32 and tail_n > 512:  # fp32 keeps the narrow tails
+        block_n, tail_n = 8192, 0
+    assert (plan.block_n, plan.tail_n, plan.stages) == (block_n, tail_n, 1)
+    assert plan.num_warps == ({4096: 4, 8192: 8}[block_n] if tail_n else 16)
 
 
 @pytest.mark.parametrize("n", list(range(1, 70000, 997)) + [2**k + d for k in range(4, 17) for d in (-1, 0, 1)])
-@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("wide", [(), (8192, 16384), (4096,)], ids=str)
 def test_single_block_lanes_cover_the_row(n, wide):
     head, tail = single_block_lanes(n, wide)
     padded = max(16, triton.next_power_of_2(n))
     assert head & (head - 1) == 0 and head + tail >= n  # a power-of-two head; the lanes hold the row
     if tail:
-        limit = head // 4 if wide and head in (8192, 16384) else {4096: 512, 8192: 128}.get(head, head // 16)
+        limit = head // 4 if head in wide else {4096: 512, 8192: 128}.get(head, head // 16)
         assert tail & (tail - 1) == 0 and 16 <= tail <= limit
         assert head < n and n >= 4096
         assert head + tail < padded  # a tail is only taken when it saves lanes
@@ -525,8 +537,7 @@ def test_backward_settings_differ_where_measured(n, forward_warps, backward_warp
     assert plan_softmax(64, n, torch.float32, "single_block", direction="backward").num_warps == backward_warps
     fwd = plan_softmax(64, 100000, torch.bfloat16, "auto", True)
     bwd = plan_softmax(64, 100000, torch.bfloat16, "auto", True, direction="backward")
-    assert (fwd.impl, bwd.impl, fwd.splits, bwd.splits) == ("split_row", "split_row", 13, 25)
-    assert (fwd.num_warps, bwd.num_warps) == (4, 4)  # 4096-wide backward slices leave fewer lanes idle here
+    assert (fwd.impl, bwd.impl, fwd.splits, bwd.splits) == ("split_row", "split_row", 13, 13)
     with pytest.raises(ValueError, match="direction"):
         plan_softmax(64, n, torch.float32, direction="sideways")
 

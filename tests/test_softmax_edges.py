@@ -123,17 +123,13 @@ def test_split_row_at_any_cut(dtype, n, pad, offset, device, gen):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_backward_split_row_slices_are_narrower_until_the_splits_run_out(dtype):
-    def settings(n, direction):
+@pytest.mark.parametrize("n,splits", [(16_385, 3), (17_001, 3), (40_000, 5), (100_000, 13), (262_144, 32),
+                                      (262_145, 33), (524_288, 64)])
+def test_split_row_slices_are_8192_wide_on_4_warps_in_both_directions(dtype, n, splits):
+    # Rows past 32,768 split in both directions; fp32 rows past 16,384 already in the backward.
+    directions = ("forward", "backward") if n > 32768 else ("backward",) if dtype == torch.float32 else ()
+    for direction in directions:
         plan = plan_softmax(8, n, dtype, "auto", allow_split_row=True, direction=direction)
-        return plan.block_n, plan.num_warps, plan.splits
-
-    assert settings(100_000, "forward") == (8192, 4, 13)
-    assert settings(262_145, "backward") == (8192, 8, 33)  # 4096-wide slices would be more than MAX_SPLITS
-    if dtype == torch.float32:
-        assert settings(100_000, "backward") == (4096, 4, 25)
-        assert settings(262_144, "backward") == (4096, 4, 64)  # MAX_SPLITS slices of 4096
-    else:  # 4096-wide slices only where they leave fewer lanes idle
-        assert settings(100_000, "backward") == (4096, 4, 25)  # 102,400 lanes against 106,496
-        assert settings(131_072, "backward") == (8192, 8, 16)
-        assert settings(40_000, "backward") == (8192, 8, 5)  # 40,960 lanes either way
+        assert (plan.impl, plan.block_n, plan.num_warps, plan.splits, plan.grid) == (
+            "split_row", 8192, 4, splits, 8 * splits)
+    assert plan_softmax(8, 524_289, dtype, "auto", allow_split_row=True, direction="backward").impl == "online"

@@ -1,6 +1,6 @@
-"""The single-block forward on a persistent grid with the next rows' loads pipelined (SoftmaxPlan.stages):
-which plans take it, and that it gives the float64 answer for any row count, programs fewer than rows,
-cut and uncut rows, odd strides and offsets. Float64 references and NaN-poisoned outputs; the bounds are
+"""The single-block forward and backward on a persistent grid with the next rows' loads pipelined
+(SoftmaxPlan.stages): which plans take it, and that it gives the float64 answer for any row count, programs
+fewer than rows, cut and uncut rows, odd strides and offsets. Float64 references and NaN-poisoned outputs; the bounds are
 test_softmax.py's. The kernel is generic in its lanes, so the interpreter runs it on short rows."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import importlib
 import pytest
 import torch
 
-from kernels.softmax import plan_softmax, softmax, softmax_fwd
+from kernels import reference
+from kernels.softmax import plan_softmax, softmax, softmax_bwd, softmax_fwd
 from kernels.softmax_plan import device_sms
-from test_softmax import DTYPES, _assert_close_to_float64, _draw
+from test_softmax import BOUNDS, DTYPES, _assert_close_to_float64, _draw, rel_err
 from test_softmax_edges import _strided
 
 softmax_module = importlib.import_module("kernels.softmax")
@@ -84,6 +85,38 @@ def test_pipelined_forward_writes_every_row_and_nothing_past_them(device, gen):
     x = _draw((m, n), torch.bfloat16, device, gen)
     buf = torch.full((m + 1, n), NAN, dtype=x.dtype, device=device)
     softmax_fwd(x, _pipelined(m, n, x.dtype, 4, 32, 32, n), out=buf[:m])
+    assert not buf[:m].isnan().any(), "a row was skipped"
+    assert buf[m].isnan().all(), "a program wrote past the last row"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("m,programs", [(7, 3), (1, 1), (9, 2)])
+@pytest.mark.parametrize("layout", ["contiguous", "odd-stride", "offset-rows"])
+@pytest.mark.parametrize("n", [90, 61])
+def test_pipelined_backward_matches_float64(dtype, m, programs, layout, n, device, gen):
+    draw = {
+        "contiguous": lambda scale: _draw((m, n), dtype, device, gen, scale),
+        "odd-stride": lambda scale: _strided((m, n), dtype, device, gen, pad=3),
+        "offset-rows": lambda scale: _strided((m, n), dtype, device, gen, pad=5, offset=16),
+    }[layout]
+    y = torch.softmax(draw(3.0).double(), -1).to(dtype)
+    dy = draw(1.0)
+    plan = _pipelined(m, n, dtype, programs, 64, 32, dy.stride(0))
+    dx = torch.full((m, n), NAN, dtype=dtype, device=device)
+    kernel, grid, _, meta = softmax_module._bwd_launch(y, dy, dx, plan, softmax_module._fresh_workspace)
+    assert kernel is softmax_module._softmax_bwd_rows_pipelined_kernel and grid == (programs,)
+    assert meta["STAGES"] == 3
+    softmax_bwd(y, dy, plan, out=dx)
+    assert not dx.isnan().any()
+    assert rel_err(dx, reference.softmax_backward(y.double(), dy.double())) <= BOUNDS[dtype][2]
+
+
+def test_pipelined_backward_writes_every_row_and_nothing_past_them(device, gen):
+    m, n = 11, 61
+    y = torch.softmax(_draw((m, n), torch.float32, device, gen), -1).to(torch.bfloat16)
+    dy = _draw((m, n), torch.bfloat16, device, gen, 1.0)
+    buf = torch.full((m + 1, n), NAN, dtype=y.dtype, device=device)
+    softmax_bwd(y, dy, _pipelined(m, n, y.dtype, 4, 32, 32, n), out=buf[:m])
     assert not buf[:m].isnan().any(), "a row was skipped"
     assert buf[m].isnan().all(), "a program wrote past the last row"
 

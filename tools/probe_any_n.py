@@ -189,13 +189,16 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=480.0, help="stop starting shapes after this many s")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--n", type=lambda s: tuple(int(v) for v in s.split(",")), default=ROW_LENGTHS)
-    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6, 7), default=1,
                         help="1: the cut and the plans' neighbours; 2: the chosen rules against the previous plan "
                              "at other lengths, the sweeps' lengths, and the pipelined split-row lead; 3: 16-bit "
                              "forward rows held in their storage dtype (fewer registers, more programs an SM); 4: persistent "
                              "16-bit forward programs whose next rows' loads are pipelined (tl.range stages)"
                              "; 5: round 4's persistent schedule on the auto plan's lanes at lengths it was not "
-                             "chosen on, and at the forward sweep's M")
+                             "chosen on, and at the forward sweep's M; 6: the backward: 2-byte rows on wide tails "
+                             "and the pipelined persistent grid, fp32 split-row slices by how they fill the row; 7: 2-byte "
+                             "split-row slices and warps in both directions, round 6's rules at lengths they were "
+                             "not chosen on")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_any_n: needs a CUDA GPU", file=sys.stderr)
@@ -213,6 +216,12 @@ def main() -> int:
         args.n = ()
     if args.round == 5:
         result["rows"] = run_round5(result, start, args.deadline, args.rounds, args.out)
+        args.n = ()
+    if args.round == 6:
+        result["rows"] = run_round6(result, start, args.deadline, args.rounds, args.out)
+        args.n = ()
+    if args.round == 7:
+        result["rows"] = run_round7(result, start, args.deadline, args.rounds, args.out)
         args.n = ()
     for n in args.n:
         for dtype in DTYPES:
@@ -235,7 +244,7 @@ def main() -> int:
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.softmax_kernels import _wait_for_row  # noqa: E402
+from kernels.softmax_split_row_kernels import _wait_for_row  # noqa: E402
 
 
 @triton.jit
@@ -583,6 +592,108 @@ def run_round5(result: dict, start: float, deadline: float, rounds: int, out: Pa
             if row["variant"] in REGISTERS:
                 row["registers"], row["spills"], row["shared"] = REGISTERS[row["variant"]][:3]
         rows += got
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round 6: the backward. 2-byte single-block rows take fp32's tail rule and one row a program (N = 4610 holds
+# one 8192 block); the forward's wide tails and pipelined persistent grid are tried on them. fp32 split-row
+# slices of 4096 and 8192 where both fill the row alike (the long-rows experiment's M*N = 2^28).
+# ---------------------------------------------------------------------------------------------------------
+
+ROUND6_N = (4610, 5000, 6500, 9512, 10920, 12500, 15000, 18000, 21439, 24576, 28000)
+ROUND6_FP16_N = (4610, 10920, 21439)
+ROUND6_FP32_SPLIT_N = (32768, 65536, 131072, 262144, 40000, 50257, 100000, 151936)
+SHARED_MEMORY_LIMIT = 220_000  # bytes a program's pipeline stages may take (228 KiB an SM on Hopper)
+
+
+def round6_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    """The auto backward plan, then: one row a program on head + tail lanes (tail up to half the head), and
+    both lane layouts on a persistent grid of 1 or 2 programs an SM with 2 or 3 stages (warps of the row plan)."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto)]
+    if auto.impl == "split_row":
+        return plans + [(f"split/b{b}w{w}", _split_row(m, n, b, w, auto.edges))
+                        for b, w in ((4096, 4), (8192, 8), (8192, 4), (16384, 8))
+                        if (b, w) != (auto.block_n, auto.num_warps) and math.ceil(n / b) <= MAX_SPLITS]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    size = torch.empty((), dtype=dtype).element_size()
+    head = 1 << (n.bit_length() - 1)
+    tail = max(16, 1 << max(n - head - 1, 0).bit_length())
+    row_plan = dataclasses.replace(auto, rows_per_program=1, grid=m, edges=n % 16 != 0)
+    layouts = [(auto.block_n, auto.tail_n, auto.num_warps)]
+    if head != n and head >= 4096 and tail <= head // 2 and (head, tail) != (auto.block_n, auto.tail_n):
+        warps = min(16, max(4, head // 1024))
+        layouts.append((head, tail, warps))
+        plans.append((f"row/b{head}+{tail}w{warps}", dataclasses.replace(row_plan, block_n=head, tail_n=tail,
+                                                                         num_warps=warps)))
+    for b, t, w in layouts:
+        for stages in (2, 3):
+            if (b + t) * size * 2 * stages > SHARED_MEMORY_LIMIT:
+                continue
+            for per_sm in (1, 2):
+                plans.append((f"pers/b{b}+{t}w{w}s{stages}p{per_sm}",
+                              dataclasses.replace(row_plan, block_n=b, tail_n=t, num_warps=w,
+                                                  grid=min(m, per_sm * sms), stages=stages)))
+    return plans
+
+
+def run_round6(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    rows: list[dict] = []
+    ceiling = result["copy_ceiling_gbs"]
+    shapes = [(None, n, torch.bfloat16) for n in ROUND6_N] + [(None, n, torch.float16) for n in ROUND6_FP16_N]
+    shapes += [(2**28 // n, n, torch.float32) for n in ROUND6_FP32_SPLIT_N]
+    for m, n, dtype in shapes:
+        if time.time() - start > deadline:
+            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+            return rows
+        rows += probe_shape(n, dtype, ceiling, rounds, round6_plans, m, ("backward",))
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round 7: 2-byte split-row rows (forward 74-82%, backward 69-85% of the ceiling in the records) on other
+# slice widths and warps; round 6's rules (4096 head + 1024 tail for the 2-byte backward, fp32 backward
+# slices of 8192 on 4 warps unless 4096 fill the row better) at lengths they were not chosen on.
+# ---------------------------------------------------------------------------------------------------------
+
+ROUND7_SPLIT_N = (36481, 50257, 65536, 100000, 131072, 200001)
+ROUND7_SLICES = ((4096, 2), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8), (16384, 16))
+ROUND7_RULE_SHAPES = ((4700, torch.bfloat16), (5120, torch.float16), (4609, torch.bfloat16),
+                      (17001, torch.float32), (20000, torch.float32), (24577, torch.float32),
+                      (33333, torch.float32))
+
+
+def round7_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto)]
+    if auto.impl == "split_row":
+        slices = ROUND7_SLICES if dtype != torch.float32 else ((4096, 4), (8192, 4), (8192, 8))
+        return plans + [(f"split/b{b}w{w}", _split_row(m, n, b, w, auto.edges)) for b, w in slices
+                        if (b, w) != (auto.block_n, auto.num_warps) and math.ceil(n / b) <= MAX_SPLITS]
+    one_block = 1 << (n - 1).bit_length()
+    if (auto.block_n, auto.tail_n) != (one_block, 0):
+        warps = 16 if one_block >= 8192 else 8
+        plans.append((f"row/b{one_block}w{warps}", dataclasses.replace(auto, block_n=one_block, tail_n=0,
+                                                                        num_warps=warps)))
+    return plans
+
+
+def run_round7(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    rows: list[dict] = []
+    ceiling = result["copy_ceiling_gbs"]
+    shapes = [(n, dtype, ("backward",)) for n, dtype in ROUND7_RULE_SHAPES]
+    shapes += [(n, torch.bfloat16, ("forward", "backward")) for n in ROUND7_SPLIT_N]
+    shapes += [(n, torch.float16, ("backward",)) for n in ROUND7_SPLIT_N[::2]]
+    for n, dtype, directions in shapes:
+        if time.time() - start > deadline:
+            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+            return rows
+        rows += probe_shape(n, dtype, ceiling, rounds, round7_plans, None, directions)
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows

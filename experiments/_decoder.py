@@ -94,6 +94,11 @@ def bytes_moved(case: Case, dtype: torch.dtype) -> int:
     return total
 
 
+def tokens(shape) -> int:
+    """Tokens one call of the layer processes: B × S at prefill, B (one new token a sequence) at decode."""
+    return shape["B"] * shape["S"]
+
+
 def flops(case: Case, dtype: torch.dtype) -> int:
     tokens = case["B"] * case["S"]
     width = CONFIG.n_heads * CONFIG.head_dim

@@ -39,7 +39,8 @@ EXPERIMENT = Experiment(
     bytes_moved=dec.bytes_moved,
     byte_model=dec.BYTE_MODEL,
     flops=dec.flops,
-    metrics=("latency", "throughput", "tflops"),
+    tokens=dec.tokens,
+    metrics=("latency", "throughput", "tflops", "tokens per second (tokens a call processes over its median time)"),
     evidence_boundary=(
         "One layer, forward only, bfloat16, seeded weights shared by every profile; each GPU model judged on its "
         "own. The GPU-time clock flushes the L2 before every call; the eager-call clock cycles through copies of "

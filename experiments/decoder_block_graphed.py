@@ -36,7 +36,8 @@ EXPERIMENT = Experiment(
     bytes_moved=dec.bytes_moved,
     byte_model=dec.BYTE_MODEL,
     flops=dec.flops,
-    metrics=("latency", "throughput", "tflops"),
+    tokens=dec.tokens,
+    metrics=("latency", "throughput", "tflops", "tokens per second (tokens a call processes over its median time)"),
     evidence_boundary=(
         "Decode only, one layer, bfloat16, seeded weights. Each input set (the originals and every copy the "
         "eager-call clock cycles through) has its own captured graph, captured before timing; the eager-call "

@@ -125,6 +125,9 @@ class Experiment:
     evidence_boundary: str
     tolerance: Mapping[torch.dtype, float]  # accepted ‖out − ref‖ / ‖ref‖ per dtype
     flops: Callable[[Case, torch.dtype], int] | None = None
+    # Tokens one call processes, from a case's shape (a model layer's experiments): pages then give each
+    # profile's tokens per second on both clocks, derived from the recorded medians.
+    tokens: Callable[[Mapping[str, int]], int] | None = None
     metrics: tuple[str, ...] = ("latency", "throughput")
     x_axis: str | None = None  # the shape dimension a sweep plots against (None: a bar chart per case)
     decisions: tuple[str, ...] = ()  # slugs of decision records this experiment informs

@@ -142,3 +142,12 @@ def utc_date(stamp: str) -> str:
 
 def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+def tokens_per_s(value: float | None) -> str:
+    """Tokens per second: whole tokens up to a million, then millions to two decimals."""
+    if value is None:
+        return DASH
+    if value >= 1e6:
+        return f"{value / 1e6:.2f} M"
+    return f"{value:,.0f}"

@@ -1,6 +1,9 @@
 """The op-by-op breakdown: kernels attributed to calls and ops through the profiler trace's correlation ids,
 per-call kernel time, span and gap; and the record's check of the stored block."""
 
+import json
+import time
+
 import pytest
 
 from lab.evidence.checks import RecordError
@@ -67,6 +70,83 @@ def test_kernels_go_to_their_op_and_call():
     assert result["span_ms"] == pytest.approx(0.165)
 
 
+class _FakeProfiler:
+    """Stands in for torch.profiler on the CPU: while it is on, each call of the code under test takes longer
+    to queue (as under the real profiler) and leaves a launch and a kernel in the trace; record_function leaves
+    an annotation around what it wraps."""
+
+    def __init__(self, slowdown_s: float):
+        self.on, self.slowdown_s, self.events, self.t = False, slowdown_s, [], 0
+
+    def profile(self, activities):
+        fake = self
+
+        class Context:
+            def __enter__(self):
+                fake.on = True
+                return self
+
+            def __exit__(self, *exc):
+                fake.on = False
+
+            def export_chrome_trace(self, path):
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump({"traceEvents": fake.events}, f)
+
+        return Context()
+
+    def record_function(self, name):
+        fake = self
+
+        class Annotation:
+            def __enter__(self):
+                self.start = fake.t
+                fake.t += 1
+
+            def __exit__(self, *exc):
+                fake.events.append(_annotation(name, self.start, fake.t - self.start))
+                fake.t += 1
+
+        return Annotation()
+
+    def call(self):
+        if self.on:
+            time.sleep(self.slowdown_s)
+            self.t += 1
+            self.events.append(_launch(self.t, self.t))
+            self.events.append(_kernel("k", self.t, 10_000 + self.t, 5))
+            self.t += 1
+
+
+class _FakeClock:
+    def __init__(self):
+        self.holds = []
+
+    def hold(self, ms):
+        self.holds.append(ms)
+
+    def flush(self):
+        pass
+
+
+def test_the_hold_outlasts_the_profiled_queueing_and_the_warm_up_is_left_out(monkeypatch):
+    import torch.profiler
+
+    from lab.measure import breakdown as bd
+
+    fake = _FakeProfiler(slowdown_s=0.02)  # 20 ms to queue a call under the profiler, ~0 without it
+    monkeypatch.setattr(torch.profiler, "profile", fake.profile)
+    monkeypatch.setattr(torch.profiler, "record_function", fake.record_function)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    clock = _FakeClock()
+    result = bd.measure_breakdown(fake.call, _classify, clock, calls=3, warmup=2)
+    assert len(clock.holds) == 3 and len(set(clock.holds)) == 1
+    assert clock.holds[0] >= bd.HOLD_MARGIN * 20  # sized from the profiled warm-up, not the unprofiled ones
+    assert result["calls"] == 3  # the profiled warm-up's kernel lies outside every CALL: not counted
+    assert f"{clock.holds[0]:.1f} ms" in result["method"]
+    assert bd.hold_ms(0.1) == bd.MIN_HOLD_MS and bd.hold_ms(10.0) == 10.0 * bd.HOLD_MARGIN
+
+
 def test_a_trace_without_calls_is_refused():
     events = [e for e in _two_calls() if e.get("name") != CALL]
     with pytest.raises(ValueError, match="no GPU activity"):
@@ -104,7 +184,6 @@ def test_the_record_check_refuses_a_bad_breakdown(change, field):
 # On the page: the chart and the tables, from a fixture record given breakdowns
 # --------------------------------------------------------------------------------------------------------
 
-import json  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402

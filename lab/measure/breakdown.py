@@ -40,15 +40,36 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 CALL = "kernel_lab.call"
-METHOD = ("torch.profiler (CUPTI) over {calls} calls after {warmup} warm-up calls, each flushed and queued behind a "
-          "device hold as on the GPU-time clock: kernel, memset and copy durations per op, attributed by the op "
-          "annotation around each launch (else by kernel name); gap = first start to last end, minus kernel time")
+METHOD = ("torch.profiler (CUPTI) over {calls} calls after {warmup} warm-up calls and one profiled warm-up call, "
+          "each flushed and queued behind a device hold as on the GPU-time clock ({hold:.1f} ms: {margin}x the "
+          "longest host queueing of a warm-up call, the profiled one included): kernel, memset and copy durations "
+          "per op, attributed by the op annotation around each launch (else by kernel name); gap = first start to "
+          "last end, minus kernel time")
 GPU_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 MAX_OPS = 64  # ops kept per breakdown; the rest are summed into "other"
-PROFILER_SLOWDOWN = 4  # the host queues a call this many times slower under the profiler, at most (the hold's margin)
+# The device hold before each profiled call outlasts the host's queueing of the call by this factor. The
+# queueing is measured on a profiled warm-up call: the profiler slows the host by a factor that varies with the
+# call and the host (a fixed 4x of the unprofiled queueing once fell short: the GPU waited, and the span read
+# ten times the GPU-time median).
+HOLD_MARGIN = 2
+MIN_HOLD_MS = 1.0
 
 Classifier = Callable[[str, tuple[str, ...]], str]
+
+
+def _queue_ms(call: Callable[[], object]) -> float:
+    """Host ms to queue one call of `call`, which then runs to completion."""
+    started = time.perf_counter()
+    call()
+    queued = (time.perf_counter() - started) * 1e3
+    torch.cuda.synchronize()
+    return queued
+
+
+def hold_ms(queue_ms: float) -> float:
+    """The device hold before a profiled call whose queueing took up to `queue_ms` under the profiler."""
+    return max(MIN_HOLD_MS, HOLD_MARGIN * queue_ms)
 
 
 def measure_breakdown(call: Callable[[], object], classify: Classifier, clock, *, calls: int = 5,
@@ -57,15 +78,13 @@ def measure_breakdown(call: Callable[[], object], classify: Classifier, clock, *
     lab.measure.timing.CudaEventClock (its hold and its L2 flush)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    queue_ms = 0.0
-    for _ in range(warmup):
-        started = time.perf_counter()
-        call()
-        queue_ms = max(queue_ms, (time.perf_counter() - started) * 1e3)
-        torch.cuda.synchronize()
+    queue_ms = max((_queue_ms(call) for _ in range(warmup)), default=0.0)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        # Outside any CALL annotation, so the trace leaves its kernels out (breakdown_from_trace).
+        queue_ms = max(queue_ms, _queue_ms(call))
+        hold = hold_ms(queue_ms)
         for _ in range(calls):
-            clock.hold(max(1.0, PROFILER_SLOWDOWN * queue_ms))
+            clock.hold(hold)
             clock.flush()
             with record_function(CALL):
                 call()
@@ -80,7 +99,7 @@ def measure_breakdown(call: Callable[[], object], classify: Classifier, clock, *
         os.unlink(path)
     events = trace.get("traceEvents", trace) if isinstance(trace, dict) else trace
     result = breakdown_from_trace(events, classify)
-    result["method"] = METHOD.format(calls=calls, warmup=warmup)
+    result["method"] = METHOD.format(calls=calls, warmup=warmup, hold=hold, margin=HOLD_MARGIN)
     return result
 
 

@@ -229,3 +229,37 @@ def test_a_run_with_breakdowns_gets_a_chart_and_escaped_tables(tmp_path):
     assert len(charts) == 1 and outputs[charts[0]].lstrip().startswith("<?xml")
     # GPU A's run has no breakdown: no chart and no section for it.
     assert not any(breakdown_filename("fixture-single", "nvidia-test-gpu-a", "float32") in rel for rel in outputs)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Where the subject is Slower: the op that loses, among the ops both profiles name alike
+# --------------------------------------------------------------------------------------------------------
+
+from dataclasses import replace  # noqa: E402
+
+import lab_synthetic as syn  # noqa: E402
+
+from lab.evidence.verdict import FASTER, SLOWER, PointJudgement  # noqa: E402
+from lab.publish.breakdown import slower_ops  # noqa: E402
+
+
+def _with_breakdown(ms: float, ops: dict):
+    span = sum(ops.values())
+    block = {"calls": 3, "ops": [{"op": op, "ms": v, "kernels": 1} for op, v in ops.items()], "kernel_ms": span,
+             "gap_ms": 0.0, "span_ms": span, "method": "test"}
+    return replace(syn.timed([ms]), breakdown=block)
+
+
+def test_the_op_that_loses_is_named_where_the_subject_is_slower():
+    point = syn.point({"subject": _with_breakdown(1.0, {"norm": 0.1, "attention": 0.5, "proj": 0.4}),
+                       "base": _with_breakdown(0.8, {"norm": 0.12, "attention": 0.3, "matmul": 0.38})})
+    run = syn.run([point])
+    judged = {("c", "float32"): PointJudgement("c", "float32", SLOWER, "against", "base", None, "")}
+    (row,) = slower_ops(syn.experiment(), run, "float32", judged)
+    # 200 us a call more; of the ops both name (norm, attention), attention takes 200 us more.
+    assert (row["baseline"], row["call"], row["op"], row["op_excess"]) == ("base", "200", "attention", "200")
+    faster = {("c", "float32"): PointJudgement("c", "float32", FASTER, "meets", "base", None, "")}
+    assert slower_ops(syn.experiment(), run, "float32", faster) == []
+    unlike = syn.point({"subject": _with_breakdown(1.0, {"a": 1.0}), "base": _with_breakdown(0.5, {"b": 0.5})})
+    (row,) = slower_ops(syn.experiment(), syn.run([unlike]), "float32", judged)
+    assert row["op"] is None and row["call"] == "500"

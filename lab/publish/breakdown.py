@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.spec import Experiment  # noqa: E402
 from lab.evidence.records import Point, RunRecord  # noqa: E402
+from lab.evidence.verdict import SLOWER, PointJudgement  # noqa: E402
 from lab.publish import formatting as fmt  # noqa: E402
 from lab.publish.plots import FIGSIZE, STYLE, _svg, plain  # noqa: E402
 
@@ -92,6 +93,31 @@ def breakdown_view(experiment: Experiment, run: RunRecord, dtype: str) -> list[d
         if profiles:
             cases.append({"case": point.case, "profiles": profiles})
     return cases
+
+
+def slower_ops(experiment: Experiment, run: RunRecord, dtype: str,
+               judgements: Mapping[tuple[str, str], PointJudgement]) -> list[dict]:
+    """At each point where the subject is Slower than its best baseline and both have a breakdown: how much
+    longer the subject's call takes (GPU-time medians) and, of the ops both name alike, the one whose kernels
+    take the most longer (None where they share no op name, or none takes longer)."""
+    subject = experiment.claim.subject
+    out = []
+    for point in (p for p in run.points if p.dtype == dtype):
+        j = judgements.get((point.case, dtype))
+        if j is None or j.word != SLOWER or not j.baseline:
+            continue
+        ours, theirs = point.results.get(subject), point.results.get(j.baseline)
+        if ours is None or theirs is None or not (_usable(ours) and _usable(theirs)):
+            continue
+        their_ops = {op["op"]: op["ms"] for op in theirs.breakdown["ops"]}
+        excess = {op["op"]: op["ms"] - their_ops[op["op"]] for op in ours.breakdown["ops"] if op["op"] in their_ops}
+        worst = max(excess, key=excess.get, default=None)
+        if worst is not None and excess[worst] <= 0:
+            worst = None
+        out.append({"case": point.case, "subject": subject, "baseline": j.baseline,
+                    "call": fmt.latency_us(ours.p50_ms - theirs.p50_ms), "op": worst,
+                    "op_excess": fmt.latency_us(excess[worst]) if worst is not None else fmt.DASH})
+    return out
 
 
 def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gpu_label: str) -> str:

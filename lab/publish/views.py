@@ -32,7 +32,7 @@ from lab.publish import overview
 from lab.publish.clocks import clock_legend, eager_section
 from lab.publish.collect import Evidence, dtypes_in, profile_names
 from lab.publish.escape import Md, code, compose, declared, href
-from lab.publish.breakdown import breakdown_filename, breakdown_view, has_breakdown
+from lab.publish.breakdown import breakdown_filename, breakdown_view, has_breakdown, slower_ops
 from lab.publish.plots import plot_filename
 from lab.publish.profiled import profiled_facts
 from lab.publish.roofline import roofline_filename, roofline_view
@@ -257,6 +257,7 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
             "not_timed": [] if single else _not_timed(experiment, points),
             "has_flops": any(p.flops for p in points),
             "breakdown": breakdown_view(experiment, run, dtype) if has_breakdown(run, dtype) else [],
+            "slower_ops": slower_ops(experiment, run, dtype, judgements) if has_breakdown(run, dtype) and not cpu else [],
             "breakdown_plot": href(f"../{PLOTS_DIR}/{breakdown_filename(experiment.slug, gpu_key, dtype)}"),
         })
     return {

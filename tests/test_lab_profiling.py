@@ -215,7 +215,21 @@ def test_a_points_totals_sum_its_kernels_and_weight_percentages_by_time():
     pct = [13.57, 31.38, 45.52]
     assert totals["dram_pct_of_peak"] == pytest.approx(sum(d * p for d, p in zip(durations, pct)) / sum(durations))
     assert totals["registers_per_thread_max"] == 48 and totals["local_spill_bytes"] == 0
+    assert totals["fp_flops"] is None  # the fixture's ncu output predates the FP instruction counters
     assert ncu.point_totals([])["duration_ns"] is None
+
+
+def _kernel(**counts):
+    return {"metrics": {f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum": {"value": v, "unit": "inst"}
+                        for op, v in counts.items()}}
+
+
+def test_fp_flops_count_an_fma_twice_and_need_every_kernel_counted():
+    assert all(m in ncu.METRICS for m in ncu.FP_INSTRUCTION_FLOPS)
+    kernels = [_kernel(ffma=100, fadd=10, fmul=5), _kernel(hfma=7, dadd=1)]
+    assert ncu.point_totals(kernels)["fp_flops"] == 2 * 100 + 10 + 5 + 2 * 7 + 1
+    assert ncu.point_totals(kernels + [_kernel()])["fp_flops"] is None  # a kernel without the counters
+    assert ncu.point_totals([_kernel(ffma=0)])["fp_flops"] == 0
 
 
 # ---- judging ncu's run --------------------------------------------------------------------------------------

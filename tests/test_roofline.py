@@ -75,5 +75,19 @@ def test_no_flop_model_or_no_profiler_means_no_roofline():
     assert roofline_view(_experiment(), replace(run, profiling=None)) is None
 
 
+def test_without_a_flop_model_the_counted_fp_instructions_place_the_call():
+    # A memory-bound op: 2e8 FLOPs counted over 4e9 bytes in 2 ms (2,000 GB/s of a 3,000 GB/s ceiling).
+    facts = {"kernels": [], "totals": {"dram_bytes": 4e9, "duration_ns": 2e6, "fp_flops": 2e8}}
+    run = _run(800.0, {"subject": facts, "base": _facts(4e9, 2e6)})  # the baseline has no count: left out
+    points, left_out = roofline_points(syn.experiment(), run)
+    (p,) = points
+    assert left_out == 1 and p["bound"] == "memory"
+    assert p["intensity"] == pytest.approx(0.05) and p["tflops"] == pytest.approx(0.1)
+    assert p["of_roof"] == pytest.approx(100 * 2000 / 3000)  # its share of the copy ceiling
+    view = roofline_view(syn.experiment(), run)
+    assert view["measured_flops"] and view["rows"][0]["intensity"] == "0.05"
+    assert not roofline_view(_experiment(), _run(800.0, {"subject": _facts(1e10, 5e6)}))["measured_flops"]
+
+
 def test_the_file_name_cannot_meet_another_plot():
     assert roofline_filename("exp", "nvidia-test-gpu-a") == "exp--roofline--nvidia-test-gpu-a--calls.svg"

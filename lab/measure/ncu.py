@@ -36,10 +36,16 @@ LOCAL_STORE = "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"
 TENSOR_PCT = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 GMMA_INSTRUCTIONS = "sm__inst_executed_pipe_tensor_op_gmma.sum"
 
+# Floating-point instructions executed on the SMs' FP pipes, per thread, by precision (h, f, d): an add or a
+# multiply is one FLOP, a fused multiply-add two (Nsight Compute's roofline counts them so). Tensor-core work
+# is not among them. The roofline of an experiment that declares no FLOP model uses their sum.
+FP_INSTRUCTION_FLOPS = {f"smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum": 2 if op == "fma" else 1
+                        for p in "hfd" for op in ("add", "mul", "fma")}
+
 # What is collected for every profiled kernel. A metric this GPU does not have is left out of ncu's output
 # (and so out of the record), never reported as zero.
 METRICS = (DURATION, DRAM_READ, DRAM_WRITE, DRAM_PCT, SM_PCT, REGISTERS, GRID, BLOCK, LOCAL_LOAD, LOCAL_STORE,
-           TENSOR_PCT, GMMA_INSTRUCTIONS)
+           TENSOR_PCT, GMMA_INSTRUCTIONS, *FP_INSTRUCTION_FLOPS)
 
 # ncu is asked for base units; other spellings are scaled to them rather than misread.
 _TO_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
@@ -186,10 +192,23 @@ def _time_weighted(kernels: Sequence[Mapping], metric: str) -> float | None:
     return sum(d * v for d, v in pairs) / total if total > 0 else None
 
 
+def _fp_flops(kernels: Sequence[Mapping]) -> float | None:
+    """FLOPs of the kernels' executed FP add, multiply and FMA instructions (FP_INSTRUCTION_FLOPS); None when
+    some kernel has none of those counters (records made before they were collected, or a GPU without them)."""
+    total = 0.0
+    for kernel in kernels:
+        counts = [(_value(kernel, m), w) for m, w in FP_INSTRUCTION_FLOPS.items()]
+        if all(v is None for v, _ in counts):
+            return None
+        total += sum(v * w for v, w in counts if v is not None)
+    return total if kernels else None
+
+
 def point_totals(kernels: Sequence[Mapping]) -> dict:
     """A point's totals over its kernels: summed duration, DRAM bytes and local-memory (spill) bytes, the
-    DRAM bandwidth those bytes over that duration achieved, the highest registers per thread, and
-    duration-weighted means of the percentages. A total is None where a kernel lacks what it needs."""
+    DRAM bandwidth those bytes over that duration achieved, the highest registers per thread,
+    duration-weighted means of the percentages, and the FLOPs of the executed FP instructions. A total is
+    None where a kernel lacks what it needs."""
     duration = _sum(kernels, DURATION)
     read, write = _sum(kernels, DRAM_READ), _sum(kernels, DRAM_WRITE)
     dram = read + write if read is not None and write is not None else None
@@ -208,6 +227,7 @@ def point_totals(kernels: Sequence[Mapping]) -> dict:
         "local_spill_bytes": local_load + local_store if local_load is not None and local_store is not None
         else None,
         "registers_per_thread_max": max(registers) if registers and None not in registers else None,
+        "fp_flops": _fp_flops(kernels),
     }
 
 

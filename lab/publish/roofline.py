@@ -1,10 +1,15 @@
 """The roofline of a run's profiled calls: where each call sits against the GPU's two measured limits.
 
-For every profiled call (a profile at a point, its kernels together, lab.measure.profiling) of an experiment
-that declares a FLOP model:
+For every profiled call (a profile at a point, its kernels together, lab.measure.profiling):
 
-    intensity = FLOPs / DRAM bytes        (the experiment's FLOP model; Nsight Compute's DRAM read + write bytes)
+    intensity = FLOPs / DRAM bytes        (Nsight Compute's DRAM read + write bytes)
     achieved  = FLOPs / duration          (Nsight Compute's summed kernel durations)
+
+where the FLOPs are the experiment's FLOP model if it declares one, else what Nsight Compute counted: the
+executed FP add, multiply and FMA instructions (lab.measure.ncu.FP_INSTRUCTION_FLOPS; tensor-core work is not
+among them, so an experiment whose kernels use the tensor cores declares a model). For a memory-bound op the
+measured count places the call far left on the slanted roof, and its distance to that roof is its share of
+the copy ceiling.
 
 against two roofs measured in the same run: the memory roof, copy ceiling (GB/s) x intensity, and the flat
 compute roof, the run's bf16 matmul peak (lab.measure.timing.measure_matmul_peak). A call under the slanted
@@ -36,7 +41,7 @@ def roofline_filename(slug: str, gpu_key: str) -> str:
 def roofline_points(experiment: Experiment, run: RunRecord) -> tuple[list[dict], int]:
     """(points, left out): each profiled call with its intensity, achieved TFLOP/s and the roof above it."""
     points, left_out = [], 0
-    if experiment.flops is None or run.profiling is None:
+    if run.profiling is None:
         return points, left_out
     peak = run.matmul_peak.tflops if run.matmul_peak is not None else None
     for point in run.points:
@@ -46,11 +51,12 @@ def roofline_points(experiment: Experiment, run: RunRecord) -> tuple[list[dict],
                 continue
             totals = facts["totals"]
             dram, duration = totals.get("dram_bytes"), totals.get("duration_ns")
-            if not (point.flops and dram and duration):
+            flops = point.flops if experiment.flops is not None else totals.get("fp_flops")
+            if not (flops and dram and duration):
                 left_out += 1
                 continue
-            intensity = point.flops / dram
-            achieved = point.flops / (duration * 1e-9) / 1e12
+            intensity = flops / dram
+            achieved = flops / (duration * 1e-9) / 1e12
             memory_roof = run.copy_ceiling.gbps * intensity / 1e3
             roof = min(memory_roof, peak) if peak else memory_roof
             points.append({"profile": name, "case": point.case, "dtype": point.dtype, "intensity": intensity,
@@ -59,17 +65,23 @@ def roofline_points(experiment: Experiment, run: RunRecord) -> tuple[list[dict],
     return points, left_out
 
 
+def _figure(value: float) -> str:
+    """One decimal from 10 up, three significant figures below (a memory-bound op's 0.0312 FLOP/byte)."""
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+
+
 def roofline_view(experiment: Experiment, run: RunRecord) -> dict | None:
     points, left_out = roofline_points(experiment, run)
     if not points:
         return None
     peak = run.matmul_peak
     return {
-        "rows": [{**p, "intensity": f"{p['intensity']:,.1f}", "tflops": f"{p['tflops']:,.1f}",
-                  "roof": f"{p['roof']:,.1f}", "of_roof": f"{p['of_roof']:.0f}%"} for p in points],
+        "rows": [{**p, "intensity": _figure(p["intensity"]), "tflops": _figure(p["tflops"]),
+                  "roof": _figure(p["roof"]), "of_roof": f"{p['of_roof']:.0f}%"} for p in points],
         "ceiling": f"{run.copy_ceiling.gbps:,.0f} GB/s",
         "peak": f"{peak.tflops:,.0f} TFLOP/s, a {peak.dtype} {peak.m}×{peak.n}×{peak.k} matmul" if peak else None,
         "left_out": left_out,
+        "measured_flops": experiment.flops is None,
     }
 
 

@@ -205,23 +205,9 @@ def main() -> int:
         return 2
     start = time.time()
     result = probe_header(timing="lab clock: L2 flushed, device held, candidates interleaved", rows=[])
-    if args.round == 2:
-        result["rows"] = run_round2(result, start, args.deadline, args.rounds, args.out)
-        args.n = ()
-    if args.round == 3:
-        result["rows"] = run_round3(result, start, args.deadline, args.rounds, args.out)
-        args.n = ()
-    if args.round == 4:
-        result["rows"] = run_round4(result, start, args.deadline, args.rounds, args.out)
-        args.n = ()
-    if args.round == 5:
-        result["rows"] = run_round5(result, start, args.deadline, args.rounds, args.out)
-        args.n = ()
-    if args.round == 6:
-        result["rows"] = run_round6(result, start, args.deadline, args.rounds, args.out)
-        args.n = ()
-    if args.round == 7:
-        result["rows"] = run_round7(result, start, args.deadline, args.rounds, args.out)
+    runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7}
+    if args.round in runners:
+        result["rows"] = runners[args.round](result, start, args.deadline, args.rounds, args.out)
         args.n = ()
     for n in args.n:
         for dtype in DTYPES:
@@ -640,19 +626,26 @@ def round6_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tup
     return plans
 
 
-def run_round6(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+def _probe_shapes(result: dict, start: float, deadline: float, rounds: int, out: Path, shapes, plans) -> list[dict]:
+    """probe_shape at each (M or None, N, dtype, directions) of `shapes` with `plans`, writing `out` after each,
+    until the deadline (then result["stopped_at"] names the first shape not probed)."""
     rows: list[dict] = []
-    ceiling = result["copy_ceiling_gbs"]
-    shapes = [(None, n, torch.bfloat16) for n in ROUND6_N] + [(None, n, torch.float16) for n in ROUND6_FP16_N]
-    shapes += [(2**28 // n, n, torch.float32) for n in ROUND6_FP32_SPLIT_N]
-    for m, n, dtype in shapes:
+    for m, n, dtype, directions in shapes:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             return rows
-        rows += probe_shape(n, dtype, ceiling, rounds, round6_plans, m, ("backward",))
+        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, plans, m, directions)
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows
+
+
+def run_round6(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    backward = ("backward",)
+    shapes = [(None, n, torch.bfloat16, backward) for n in ROUND6_N]
+    shapes += [(None, n, torch.float16, backward) for n in ROUND6_FP16_N]
+    shapes += [(2**28 // n, n, torch.float32, backward) for n in ROUND6_FP32_SPLIT_N]
+    return _probe_shapes(result, start, deadline, rounds, out, shapes, round6_plans)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -684,19 +677,10 @@ def round7_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tup
 
 
 def run_round7(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
-    rows: list[dict] = []
-    ceiling = result["copy_ceiling_gbs"]
-    shapes = [(n, dtype, ("backward",)) for n, dtype in ROUND7_RULE_SHAPES]
-    shapes += [(n, torch.bfloat16, ("forward", "backward")) for n in ROUND7_SPLIT_N]
-    shapes += [(n, torch.float16, ("backward",)) for n in ROUND7_SPLIT_N[::2]]
-    for n, dtype, directions in shapes:
-        if time.time() - start > deadline:
-            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
-            return rows
-        rows += probe_shape(n, dtype, ceiling, rounds, round7_plans, None, directions)
-        result["rows"] = rows
-        out.write_text(json.dumps(result, indent=1))
-    return rows
+    shapes = [(None, n, dtype, ("backward",)) for n, dtype in ROUND7_RULE_SHAPES]
+    shapes += [(None, n, torch.bfloat16, ("forward", "backward")) for n in ROUND7_SPLIT_N]
+    shapes += [(None, n, torch.float16, ("backward",)) for n in ROUND7_SPLIT_N[::2]]
+    return _probe_shapes(result, start, deadline, rounds, out, shapes, round7_plans)
 
 
 if __name__ == "__main__":

@@ -257,7 +257,7 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
             "not_timed": [] if single else _not_timed(experiment, points),
             "has_flops": any(p.flops for p in points),
             "breakdown": breakdown_view(experiment, run, dtype) if has_breakdown(run, dtype) else [],
-            "slower_ops": slower_ops(experiment, run, dtype, judgements) if has_breakdown(run, dtype) and not cpu else [],
+            "slower_ops": [] if cpu else slower_ops(experiment, run, dtype, judgements),
             "breakdown_plot": href(f"../{PLOTS_DIR}/{breakdown_filename(experiment.slug, gpu_key, dtype)}"),
         })
     return {

@@ -224,7 +224,8 @@ def profiles() -> tuple[Profile, ...]:
 def op_sources(kind: str, case: Case) -> dict[str, str]:
     """Which implementation serves each op of the lab's block at this case (recorded as the profile's plan)."""
     quant = {"lab": None, "lab-int8": "int8", "lab-int4": "int4"}[kind]
-    return dict(sources_for(quant, DECODE_ATTENTION, "decode" if is_decode(case) else "prefill"))
+    return dict(sources_for(quant, DECODE_ATTENTION, "decode" if is_decode(case) else "prefill",
+                            rows=case["B"] * case["S"]))
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ kernels/reference_decoder.py; `LabDecoderBlock.op_sources()` gives this table fo
 
 | label                 | bf16 / fp16 weights                   | quant="int8" / "int4"                         |
 |-----------------------|---------------------------------------|-----------------------------------------------|
-| attn_norm+qkv_proj    | decode: lab: kernels/rmsnorm_linear.py (its GEMV, M <= 16; tiled above)  |
-| attn_norm, qkv_proj   | prefill: torch: F.rms_norm, F.linear  | torch: F.rms_norm, lab: kernels/dequant_linear.py |
+| attn_norm+qkv_proj    | decode, M <= 32 rows: lab: kernels/rmsnorm_linear.py (its GEMV to 16 rows, tiled above) |
+| attn_norm, qkv_proj   | prefill and decode above 32 rows:     | torch: F.rms_norm, lab: kernels/dequant_linear.py |
+|                       | torch: F.rms_norm, F.linear           |                                               |
 | rotary                | lab: kernels/rotary.py: q and k turned, heads split, one pass (prefill)   |
 | rotary+kv_cache_write | lab: kernels/rotary.py, writing k and v into the cache (decode; prefill   |
 |                       | when given a cache)                                                       |
@@ -24,7 +25,10 @@ kernels/reference_decoder.py; `LabDecoderBlock.op_sources()` gives this table fo
 
 At prefill the QKV projection is torch's F.rms_norm and F.linear, not the lab's fused kernel: at M >= 1,024
 rows the lab's tiled RMSNorm + linear runs at 0.51-0.71x cuBLAS's unfused pair (experiment
-rmsnorm-linear-prefill), and at 1,024 tokens of this block it took 173 us against 81 us for the pair.
+rmsnorm-linear-prefill), and at 1,024 tokens of this block it took 173 us against 81 us for the pair. The
+same holds at decode above FUSED_QKV_MAX_ROWS = 32 rows: on the H100, at this block's 4096 -> 6144 projection
+(bf16, CUDA-graph replay over weights rotated past the L2), the fused kernel took 0.84-0.95x the pair's time
+at 1-32 rows and 1.10x at 48, 1.20x at 64 (notes/decoder-block.md).
 
 The quantised kernels serve at most DOT_MAX_M = 64 rows a launch (they are decode kernels); a prefill of more
 rows runs them 64 rows at a time, each launch reading the whole weight again.
@@ -69,7 +73,7 @@ from kernels.rmsnorm_linear import rmsnorm_linear
 from kernels.rotary import rotary_qkv
 from kernels.swiglu import swiglu_packed
 
-__all__ = ["LabDecoderBlock", "SOURCES", "sources_for", "check_decoder_config", "check_decoder_inputs"]
+__all__ = ["LabDecoderBlock", "SOURCES", "FUSED_QKV_MAX_ROWS", "sources_for", "check_decoder_config", "check_decoder_inputs"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 QUANT = (None, "int8", "int4")
@@ -88,6 +92,9 @@ _COMMON = {
     "residual_add": "torch: Tensor add",
 }
 _PREFILL_QKV = "torch: F.linear (the lab's fused kernel loses at M >= 1,024: experiment rmsnorm-linear-prefill)"
+_WIDE_DECODE_QKV = "torch: F.linear (the lab's fused kernel loses above 32 rows: notes/decoder-block.md)"
+# The most rows a decode step sends through the lab's fused RMSNorm + QKV; wider steps take torch's pair.
+FUSED_QKV_MAX_ROWS = 32
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -99,16 +106,20 @@ def _check_choice(op: str, name: str, value, accepted: tuple) -> None:
         raise ValueError(f"{op}: {name} must be one of {', '.join(map(repr, accepted))}, got {value!r}.")
 
 
-def sources_for(quant: str | None = None, decode_attention: str = "lab", phase: str = "decode") -> dict[str, str]:
-    """Op label -> where the op comes from, for the labels a call of `phase` runs, in the order they run
-    (a prefill given a cache runs rotary+kv_cache_write in place of rotary)."""
+def sources_for(quant: str | None = None, decode_attention: str = "lab", phase: str = "decode",
+                rows: int = 1) -> dict[str, str]:
+    """Op label -> where the op comes from, for the labels a call of `phase` over `rows` tokens (B * S) runs,
+    in the order they run (a prefill given a cache runs rotary+kv_cache_write in place of rotary)."""
     _check_choice("sources_for", "quant", quant, QUANT)
     _check_choice("sources_for", "decode_attention", decode_attention, DECODE_ATTENTION)
     _check_choice("sources_for", "phase", phase, PHASES)
     if quant is None:
         projection = "torch: F.linear"
-        head = ({"attn_norm+qkv_proj": "lab: kernels/rmsnorm_linear.py"} if phase == "decode"
-                else {"attn_norm": "torch: F.rms_norm", "qkv_proj": _PREFILL_QKV})
+        if phase == "decode" and rows <= FUSED_QKV_MAX_ROWS:
+            head = {"attn_norm+qkv_proj": "lab: kernels/rmsnorm_linear.py"}
+        else:
+            head = {"attn_norm": "torch: F.rms_norm",
+                    "qkv_proj": _PREFILL_QKV if phase == "prefill" else _WIDE_DECODE_QKV}
     else:
         projection = _LAB_DEQUANT.format(quant)
         head = {"attn_norm": "torch: F.rms_norm", "qkv_proj": projection}
@@ -241,9 +252,9 @@ class LabDecoderBlock(torch.nn.Module):
             return quantize_int8(w)
         return quantize_int4(w, self.group_size)
 
-    def op_sources(self, phase: str = "decode") -> dict[str, str]:
-        """Op label -> where the op comes from in this configuration, for a call of `phase`."""
-        return sources_for(self.quant, self.decode_attention, phase)
+    def op_sources(self, phase: str = "decode", rows: int = 1) -> dict[str, str]:
+        """Op label -> where the op comes from in this configuration, for a call of `phase` over `rows` tokens."""
+        return sources_for(self.quant, self.decode_attention, phase, rows)
 
     def effective_weights(self, dtype: torch.dtype | None = None) -> DecoderWeights:
         """The weights the block multiplies by, in `dtype` (the block's by default): the given ones, or the
@@ -275,10 +286,11 @@ class LabDecoderBlock(torch.nn.Module):
         return y.view(*x.shape[:-1], y.shape[-1])
 
     def _qkv(self, x: torch.Tensor, decode: bool) -> torch.Tensor:
-        """The packed projection [B, S, (H + 2 Hkv) D] of rms_norm(x): the lab's fused kernel at decode, torch's
-        pair at prefill (see the module docstring), the dequantising kernel when quantised."""
+        """The packed projection [B, S, (H + 2 Hkv) D] of rms_norm(x): the lab's fused kernel at decode up to
+        FUSED_QKV_MAX_ROWS rows, torch's pair at prefill and wider decode steps (see the module docstring), the
+        dequantising kernel when quantised."""
         c = self.config
-        if self.quant is None and decode:
+        if self.quant is None and decode and x.shape[0] * x.shape[1] <= FUSED_QKV_MAX_ROWS:
             with op_label("attn_norm+qkv_proj"):
                 return rmsnorm_linear(x, self.projections["w_qkv"], self.attn_norm, c.eps)
         with op_label("attn_norm"):

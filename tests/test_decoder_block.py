@@ -26,7 +26,7 @@ import torch
 from accuracy import rel_err
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from kernels.decoder_block import SOURCES, LabDecoderBlock, check_decoder_inputs, sources_for
+from kernels.decoder_block import FUSED_QKV_MAX_ROWS, SOURCES, LabDecoderBlock, check_decoder_inputs, sources_for
 from kernels.reference_decoder import (
     LLAMA_8B,
     OPS,
@@ -277,6 +277,27 @@ def test_quantised_prefill_past_64_rows_runs_in_chunks(device):
 # Op labels and sources
 # --------------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("batch", [FUSED_QKV_MAX_ROWS, FUSED_QKV_MAX_ROWS + 1])
+def test_wide_decode_steps_take_torchs_qkv_pair_and_match_float64(batch, device):
+    """A decode step of more than FUSED_QKV_MAX_ROWS tokens runs the QKV projection as F.rms_norm + F.linear
+    (labels attn_norm, qkv_proj); one of exactly that many keeps the fused kernel. Both match float64."""
+    dtype = torch.bfloat16
+    w = _weights(dtype, device)
+    x = _x((batch, 1, CONFIG.hidden), dtype).to(device)
+    cache = KVCache.allocate(CONFIG, batch, CAPACITY, dtype, device).fill(CACHED, seed=3)
+    cache.k[:, :, CACHED:] = math.nan
+    cache.v[:, :, CACHED:] = math.nan
+    cache64, cache_torch = cache.to(torch.float64), cache.to()
+    lab = LabDecoderBlock(w, CONFIG)
+    scratch = cache.to()
+    labels = _labels_seen(lambda: lab.decode(x, scratch, CACHED))
+    assert list(dict.fromkeys(labels)) == list(lab.op_sources("decode", rows=batch))
+    assert ("attn_norm+qkv_proj" in labels) == (batch <= FUSED_QKV_MAX_ROWS)
+    out = lab.decode(x, cache, CACHED)
+    ref64 = DecoderBlock(w.to(torch.float64), CONFIG).decode(x.double(), cache64, CACHED)
+    _check(out, ref64, DecoderBlock(w, CONFIG).decode(x, cache_torch, CACHED), dtype)
+
+
 
 def _labels_seen(run) -> list[str]:
     """Runs `run` under the profiler inside a range "block"; asserts that every aten op under it has exactly
@@ -346,6 +367,10 @@ def test_sources_name_the_implementation_of_each_configuration():
         assert int4[label] == "lab: kernels/dequant_linear.py (int4_linear)"
     assert "rotary+kv_cache_write" not in sources_for(phase="prefill")
     assert sources_for(phase="prefill")["qkv_proj"].startswith("torch: F.linear")
+    assert sources_for(rows=FUSED_QKV_MAX_ROWS) == SOURCES
+    wide = sources_for(rows=FUSED_QKV_MAX_ROWS + 1)
+    assert "attn_norm+qkv_proj" not in wide and wide["attn_norm"] == "torch: F.rms_norm"
+    assert wide["qkv_proj"].startswith("torch: F.linear") and wide["attention"] == SOURCES["attention"]
     assert sources_for(phase="decode")["rotary+kv_cache_write"].startswith("lab: kernels/rotary.py")
     with pytest.raises(ValueError, match="phase must be one of 'decode', 'prefill', got 'train'"):
         sources_for(phase="train")

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 import torch
+import triton
+import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -189,7 +191,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=480.0, help="stop starting shapes after this many s")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--n", type=lambda s: tuple(int(v) for v in s.split(",")), default=ROW_LENGTHS)
-    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6, 7), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6, 7, 8), default=1,
                         help="1: the cut and the plans' neighbours; 2: the chosen rules against the previous plan "
                              "at other lengths, the sweeps' lengths, and the pipelined split-row lead; 3: 16-bit "
                              "forward rows held in their storage dtype (fewer registers, more programs an SM); 4: persistent "
@@ -198,14 +200,15 @@ def main() -> int:
                              "chosen on, and at the forward sweep's M; 6: the backward: 2-byte rows on wide tails "
                              "and the pipelined persistent grid, fp32 split-row slices by how they fill the row; 7: 2-byte "
                              "split-row slices and warps in both directions, round 6's rules at lengths they were "
-                             "not chosen on")
+                             "not chosen on; 8: 2-byte backward rows of 6,000-16,000 on other warps, the online chunk loop and narrow "
+                             "split-row slices, torch.compile beside them")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_any_n: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
     result = probe_header(timing="lab clock: L2 flushed, device held, candidates interleaved", rows=[])
-    runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7}
+    runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7, 8: run_round8}
     if args.round in runners:
         result["rows"] = runners[args.round](result, start, args.deadline, args.rounds, args.out)
         args.n = ()
@@ -681,6 +684,90 @@ def run_round7(result: dict, start: float, deadline: float, rounds: int, out: Pa
     shapes += [(None, n, torch.bfloat16, ("forward", "backward")) for n in ROUND7_SPLIT_N]
     shapes += [(None, n, torch.float16, ("backward",)) for n in ROUND7_SPLIT_N[::2]]
     return _probe_shapes(result, start, deadline, rounds, out, shapes, round7_plans)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round 8: 2-byte backward rows of 6,000-16,000, where torch.compile reaches 97-101% of the ceiling and the
+# lab's one 16,384-lane block on 16 warps 91-95%: other warps, the online schedule's chunk loop (pass one
+# reduces sum(y * dy) chunk by chunk, pass two re-reads y and dy, from L2 while the rows in flight fit), and
+# narrow split-row slices; torch.compile's backward timed beside them.
+# ---------------------------------------------------------------------------------------------------------
+
+ROUND8_N = ((9512, torch.bfloat16), (10920, torch.bfloat16), (9512, torch.float16), (10920, torch.float16),
+            (6500, torch.bfloat16), (7777, torch.bfloat16), (9001, torch.bfloat16), (12000, torch.bfloat16),
+            (13001, torch.bfloat16), (15000, torch.float16), (16384, torch.bfloat16))
+ROUND8_ONLINE = ((1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8))
+
+
+@triton.jit
+def _bwd_online_aligned_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, row_stride, BLOCK_N: tl.constexpr,
+                               ALIGN: tl.constexpr):
+    # The lab's online backward with the row length and stride hinted multiples of ALIGN elements (true for the
+    # rows this probe gives it), so the masked loads can be 16-byte vectors as in a kernel compiled for one N.
+    n_cols = tl.multiple_of(n_cols, ALIGN)
+    row_stride = tl.multiple_of(row_stride, ALIGN)
+    row = tl.program_id(0).to(tl.int64)
+    y_row, dy_row, dx_row = y_ptr + row * row_stride, dy_ptr + row * row_stride, dx_ptr + row * row_stride
+    offs = tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        acc += y * dy
+    dot = tl.sum(acc, axis=0)
+    for start in range(0, n_cols, BLOCK_N):
+        cols = start + offs
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
+
+
+def _online_aligned(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, block_n: int, warps: int):
+    m, n = y.shape
+    _bwd_online_aligned_kernel[(m,)](y, dy, dx, n, y.stride(0), BLOCK_N=block_n, ALIGN=16 // y.element_size(),
+                                     num_warps=warps)
+    return dx
+
+
+def round8_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto)]
+    if auto.impl == "single_block":
+        plans += [(f"single/w{w}", dataclasses.replace(auto, num_warps=w)) for w in (8, 32) if w != auto.num_warps]
+    plans += [(f"online/b{b}w{w}", SoftmaxPlan("online", b, 1, w, m)) for b, w in ROUND8_ONLINE if b < n]
+    plans += [(f"split/b{b}w{w}", _split_row(m, n, b, w, auto.edges)) for b, w in ((2048, 4), (4096, 4))]
+    return plans
+
+
+def run_round8(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    from kernels import reference as ref_ops
+
+    rows: list[dict] = []
+    for n, dtype in ROUND8_N:
+        if time.time() - start > deadline:
+            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+            break
+        m = math.ceil(MIN_BYTES / (2 * n))
+        gen = torch.Generator(device="cuda").manual_seed(n)
+        y = torch.softmax(torch.randn(m, n, device="cuda", generator=gen).float() * 3, -1).to(dtype)
+        dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
+        size = y.element_size()
+        candidates = backward_candidates(y, dy, round8_plans(m, n, dtype, "backward"))
+        candidates.append(("torch.compile", lambda: ref_ops.compiled_softmax_backward(y, dy)))
+        if n % (16 // size) == 0:
+            dx = torch.empty_like(y)
+            candidates += [(f"lab:online-aligned/b{b}w{w}", lambda b=b, w=w: _online_aligned(y, dy, dx, b, w))
+                           for b, w in ROUND8_ONLINE if b < n]
+        rows += measure_held(candidates, reference.softmax_backward(y[:64].double(), dy[:64].double()),
+                             3 * m * n * size, result["copy_ceiling_gbs"],
+                             {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "backward"},
+                             rounds)
+        del y, dy
+        torch.cuda.empty_cache()
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
+    return rows
 
 
 if __name__ == "__main__":

@@ -191,7 +191,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=480.0, help="stop starting shapes after this many s")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--n", type=lambda s: tuple(int(v) for v in s.split(",")), default=ROW_LENGTHS)
-    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6, 7, 8), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9), default=1,
                         help="1: the cut and the plans' neighbours; 2: the chosen rules against the previous plan "
                              "at other lengths, the sweeps' lengths, and the pipelined split-row lead; 3: 16-bit "
                              "forward rows held in their storage dtype (fewer registers, more programs an SM); 4: persistent "
@@ -201,14 +201,14 @@ def main() -> int:
                              "and the pipelined persistent grid, fp32 split-row slices by how they fill the row; 7: 2-byte "
                              "split-row slices and warps in both directions, round 6's rules at lengths they were "
                              "not chosen on; 8: 2-byte backward rows of 6,000-16,000 on other warps, the online chunk loop and narrow "
-                             "split-row slices, torch.compile beside them")
+                             "split-row slices, torch.compile beside them; 9: round 8's chunk loop with L2 eviction hints")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_any_n: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
     result = probe_header(timing="lab clock: L2 flushed, device held, candidates interleaved", rows=[])
-    runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7, 8: run_round8}
+    runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7, 8: run_round8, 9: run_round9}
     if args.round in runners:
         result["rows"] = runners[args.round](result, start, args.deadline, args.rounds, args.out)
         args.n = ()
@@ -701,31 +701,37 @@ ROUND8_ONLINE = ((1024, 4), (2048, 4), (2048, 8), (4096, 4), (4096, 8), (8192, 8
 
 @triton.jit
 def _bwd_online_aligned_kernel(y_ptr, dy_ptr, dx_ptr, n_cols, row_stride, BLOCK_N: tl.constexpr,
-                               ALIGN: tl.constexpr):
+                               ALIGN: tl.constexpr, EVICT: tl.constexpr):
     # The lab's online backward with the row length and stride hinted multiples of ALIGN elements (true for the
     # rows this probe gives it), so the masked loads can be 16-byte vectors as in a kernel compiled for one N.
+    # EVICT: the first pass's loads ask L2 to keep their lines (evict_last) and the second pass's to drop
+    # them (evict_first), as Inductor's looped reductions do.
     n_cols = tl.multiple_of(n_cols, ALIGN)
     row_stride = tl.multiple_of(row_stride, ALIGN)
     row = tl.program_id(0).to(tl.int64)
     y_row, dy_row, dx_row = y_ptr + row * row_stride, dy_ptr + row * row_stride, dx_ptr + row * row_stride
     offs = tl.arange(0, BLOCK_N)
     acc = tl.zeros([BLOCK_N], tl.float32)
+    keep: tl.constexpr = "evict_last" if EVICT else ""
+    drop: tl.constexpr = "evict_first" if EVICT else ""
     for start in range(0, n_cols, BLOCK_N):
         cols = start + offs
-        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=keep).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=keep).to(tl.float32)
         acc += y * dy
     dot = tl.sum(acc, axis=0)
     for start in range(0, n_cols, BLOCK_N):
         cols = start + offs
-        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        y = tl.load(y_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=drop).to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=drop).to(tl.float32)
         tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=cols < n_cols)
 
 
-def _online_aligned(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, block_n: int, warps: int):
+def _online_aligned(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, block_n: int, warps: int,
+                    evict: bool = False, align: int | None = None):
     m, n = y.shape
-    _bwd_online_aligned_kernel[(m,)](y, dy, dx, n, y.stride(0), BLOCK_N=block_n, ALIGN=16 // y.element_size(),
+    align = 16 // y.element_size() if align is None else align
+    _bwd_online_aligned_kernel[(m,)](y, dy, dx, n, y.stride(0), BLOCK_N=block_n, ALIGN=align, EVICT=evict,
                                      num_warps=warps)
     return dx
 
@@ -741,10 +747,25 @@ def round8_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tup
 
 
 def run_round8(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return _backward_rounds(result, start, deadline, rounds, out, ROUND8_N, round8_plans, _round8_extra)
+
+
+def _round8_extra(y: torch.Tensor, dy: torch.Tensor) -> list:
+    if y.shape[1] % (16 // y.element_size()):
+        return []
+    dx = torch.empty_like(y)
+    return [(f"lab:online-aligned/b{b}w{w}", lambda b=b, w=w: _online_aligned(y, dy, dx, b, w))
+            for b, w in ROUND8_ONLINE if b < y.shape[1]]
+
+
+def _backward_rounds(result: dict, start: float, deadline: float, rounds: int, out: Path, shapes, plans,
+                     extra) -> list[dict]:
+    """The backward at each (N, dtype) of `shapes`: the lab's `plans`, the peers, torch.compile's backward and
+    the candidates extra(y, dy) gives, writing `out` after each shape until the deadline."""
     from kernels import reference as ref_ops
 
     rows: list[dict] = []
-    for n, dtype in ROUND8_N:
+    for n, dtype in shapes:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             break
@@ -753,12 +774,9 @@ def run_round8(result: dict, start: float, deadline: float, rounds: int, out: Pa
         y = torch.softmax(torch.randn(m, n, device="cuda", generator=gen).float() * 3, -1).to(dtype)
         dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
         size = y.element_size()
-        candidates = backward_candidates(y, dy, round8_plans(m, n, dtype, "backward"))
+        candidates = backward_candidates(y, dy, plans(m, n, dtype, "backward"))
         candidates.append(("torch.compile", lambda: ref_ops.compiled_softmax_backward(y, dy)))
-        if n % (16 // size) == 0:
-            dx = torch.empty_like(y)
-            candidates += [(f"lab:online-aligned/b{b}w{w}", lambda b=b, w=w: _online_aligned(y, dy, dx, b, w))
-                           for b, w in ROUND8_ONLINE if b < n]
+        candidates += extra(y, dy)
         rows += measure_held(candidates, reference.softmax_backward(y[:64].double(), dy[:64].double()),
                              3 * m * n * size, result["copy_ceiling_gbs"],
                              {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "backward"},
@@ -768,6 +786,37 @@ def run_round8(result: dict, start: float, deadline: float, rounds: int, out: Pa
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round 9: round 8's online chunk loop with L2 eviction hints (the first pass keeps its lines, the second
+# drops them, as Inductor's looped reductions do), at the lengths where torch.compile led and at held-out ones.
+# ---------------------------------------------------------------------------------------------------------
+
+ROUND9_N = ((9512, torch.bfloat16), (10920, torch.bfloat16), (9001, torch.bfloat16), (13001, torch.bfloat16),
+            (12000, torch.bfloat16), (10920, torch.float16), (6500, torch.bfloat16), (16384, torch.bfloat16),
+            (9512, torch.float32), (10920, torch.float32))
+ROUND9_ONLINE = ((2048, 8), (4096, 4), (4096, 8), (8192, 8), (8192, 16))
+
+
+def round9_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto), ("online/b4096w8", SoftmaxPlan("online", 4096, 1, 8, m))]
+    if auto.impl == "single_block" and auto.num_warps != 8:
+        plans.append(("single/w8", dataclasses.replace(auto, num_warps=8)))
+    return plans
+
+
+def _round9_extra(y: torch.Tensor, dy: torch.Tensor) -> list:
+    n = y.shape[1]
+    align = 16 // y.element_size() if n % (16 // y.element_size()) == 0 else 1
+    dx = torch.empty_like(y)
+    return [(f"lab:online-evict-a{align}/b{b}w{w}", lambda b=b, w=w: _online_aligned(y, dy, dx, b, w, True, align))
+            for b, w in ROUND9_ONLINE if b < n]
+
+
+def run_round9(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return _backward_rounds(result, start, deadline, rounds, out, ROUND9_N, round9_plans, _round9_extra)
 
 
 if __name__ == "__main__":

@@ -150,10 +150,10 @@ def _bwd_launch(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, plan: Softm
         return _softmax_bwd_rows_pipelined_kernel, grid, (y, dy, dx, n_rows, n_cols, *strides), dict(
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(y, dy, dx),
             num_warps=warps, STAGES=plan.stages, **edges)
-    if plan.impl == "single_block" and edges["EDGES"]:
+    if plan.impl == "single_block" and (edges["EDGES"] or plan.reload):
         return _softmax_bwd_row_kernel, grid, (y, dy, dx, n_cols, *strides), dict(
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROW_OFFSET_64=not _row_offsets_fit_int32(y, dy, dx),
-            num_warps=warps, **edges)
+            num_warps=warps, RELOAD=plan.reload, **edges)
     if plan.impl == "single_block":
         return _softmax_bwd_single_block_kernel, grid, (y, dy, dx, n_rows, n_cols, *strides), dict(
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=warps)

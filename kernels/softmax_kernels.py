@@ -231,10 +231,13 @@ def _softmax_bwd_single_block_kernel(
 def _softmax_bwd_row(
     y_ptr, dy_ptr, dx_ptr, row, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, EDGES: tl.constexpr, VEC: tl.constexpr,
+    RELOAD: tl.constexpr = False,
 ):
     # One row of the single-block backward on 1-D blocks: 3*N*size bytes. EDGES cuts the row at 16-byte
     # boundaries as the forward row does; it is set only when y's, dy's and dx's rows all start at the same
-    # offset from one, so one cut serves the three.
+    # offset from one, so one cut serves the three. RELOAD: the body's y and dy are not held across the
+    # reduction but loaded again for dx, from L1/L2 (the first loads ask L2 to keep the lines, the second to
+    # drop them), which frees their registers while the row is reduced; DRAM bytes stay 3*N*size.
     if EDGES:
         y_start, head, n_main = _row_cut(row, y_row_stride, n_cols, VEC)
         y_row = y_ptr + tl.multiple_of(y_start + head, VEC)
@@ -246,8 +249,9 @@ def _softmax_bwd_row(
         dy_row = dy_ptr + row * dy_row_stride
         dx_row = dx_ptr + row * dx_row_stride
     cols = tl.arange(0, BLOCK_N)
-    y = tl.load(y_row + cols, mask=cols < n_main, other=0.0).to(tl.float32)
-    dy = tl.load(dy_row + cols, mask=cols < n_main, other=0.0).to(tl.float32)
+    keep: tl.constexpr = "evict_last" if RELOAD else ""
+    y = tl.load(y_row + cols, mask=cols < n_main, other=0.0, eviction_policy=keep).to(tl.float32)
+    dy = tl.load(dy_row + cols, mask=cols < n_main, other=0.0, eviction_policy=keep).to(tl.float32)
     dot = tl.sum(y * dy, axis=0)
     if TAIL_N > 0:
         tail_cols = BLOCK_N + tl.arange(0, TAIL_N)
@@ -259,6 +263,9 @@ def _softmax_bwd_row(
         y_edge = tl.load(y_row + edge, mask=edge_in, other=0.0).to(tl.float32)
         dy_edge = tl.load(dy_row + edge, mask=edge_in, other=0.0).to(tl.float32)
         dot += tl.sum(y_edge * dy_edge, axis=0)
+    if RELOAD:
+        y = tl.load(y_row + cols, mask=cols < n_main, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        dy = tl.load(dy_row + cols, mask=cols < n_main, other=0.0, eviction_policy="evict_first").to(tl.float32)
     tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=cols < n_main)
     if TAIL_N > 0:
         tl.store(dx_row + tail_cols, (y_tail * (dy_tail - dot)).to(dx_ptr.dtype.element_ty), mask=tail_cols < n_main)
@@ -270,14 +277,14 @@ def _softmax_bwd_row(
 def _softmax_bwd_row_kernel(
     y_ptr, dy_ptr, dx_ptr, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr, TAIL_N: tl.constexpr, ROW_OFFSET_64: tl.constexpr,
-    EDGES: tl.constexpr, VEC: tl.constexpr,
+    EDGES: tl.constexpr, VEC: tl.constexpr, RELOAD: tl.constexpr = False,
 ):
     # The single-block backward, one row a program (_softmax_bwd_row); offsets as in _softmax_fwd_row_kernel.
     row = tl.program_id(0)
     if ROW_OFFSET_64:
         row = row.to(tl.int64)
     _softmax_bwd_row(y_ptr, dy_ptr, dx_ptr, row, n_cols, y_row_stride, dy_row_stride, dx_row_stride,
-                     BLOCK_N, TAIL_N, EDGES, VEC)
+                     BLOCK_N, TAIL_N, EDGES, VEC, RELOAD)
 
 
 @triton.jit

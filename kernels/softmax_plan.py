@@ -133,6 +133,7 @@ class SoftmaxPlan:
     tail_n: int = 0  # lanes of a row past the first block_n (single_block only; 0: none)
     edges: bool = False  # rows cut at 16-byte boundaries: vector loads for the body, head and tail apart
     stages: int = 1  # >1: a persistent grid walks rows, the next rows' loads pipelined (single_block only)
+    reload: bool = False  # backward, one row a program: y and dy loaded again for dx, not held (single_block)
 
     def as_dict(self) -> dict:
         return asdict(self)

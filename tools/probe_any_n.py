@@ -191,7 +191,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=480.0, help="stop starting shapes after this many s")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--n", type=lambda s: tuple(int(v) for v in s.split(",")), default=ROW_LENGTHS)
-    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9), default=1,
+    parser.add_argument("--round", type=int, choices=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), default=1,
                         help="1: the cut and the plans' neighbours; 2: the chosen rules against the previous plan "
                              "at other lengths, the sweeps' lengths, and the pipelined split-row lead; 3: 16-bit "
                              "forward rows held in their storage dtype (fewer registers, more programs an SM); 4: persistent "
@@ -201,14 +201,15 @@ def main() -> int:
                              "and the pipelined persistent grid, fp32 split-row slices by how they fill the row; 7: 2-byte "
                              "split-row slices and warps in both directions, round 6's rules at lengths they were "
                              "not chosen on; 8: 2-byte backward rows of 6,000-16,000 on other warps, the online chunk loop and narrow "
-                             "split-row slices, torch.compile beside them; 9: round 8's chunk loop with L2 eviction hints")
+                             "split-row slices, torch.compile beside them; 9: round 8's chunk loop with L2 eviction hints; "
+                             "10: the single-block backward reloading y and dy for dx (SoftmaxPlan.reload)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_any_n: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
     result = probe_header(timing="lab clock: L2 flushed, device held, candidates interleaved", rows=[])
-    runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7, 8: run_round8, 9: run_round9}
+    runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7, 8: run_round8, 9: run_round9, 10: run_round10}
     if args.round in runners:
         result["rows"] = runners[args.round](result, start, args.deadline, args.rounds, args.out)
         args.n = ()
@@ -817,6 +818,33 @@ def _round9_extra(y: torch.Tensor, dy: torch.Tensor) -> list:
 
 def run_round9(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
     return _backward_rounds(result, start, deadline, rounds, out, ROUND9_N, round9_plans, _round9_extra)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round 10: the single-block backward with SoftmaxPlan.reload (y and dy loaded again for dx instead of held
+# across the reduction, the first loads kept in L2, the second dropped: round 9 read Inductor's kernel, which
+# reloads so, at 96-100% where the lab held the row at 91-95%), on the auto plan's lanes and other warps.
+# ---------------------------------------------------------------------------------------------------------
+
+ROUND10_N = tuple((n, torch.bfloat16) for n in (2057, 3001, 4610, 6500, 8244, 9001, 9512, 10000, 10920, 12000,
+                                                13001, 15000, 16384, 21439, 28000))
+ROUND10_N += ((9512, torch.float16), (10920, torch.float16), (4396, torch.float32), (9512, torch.float32),
+              (12000, torch.float32), (20000, torch.float32))
+
+
+def round10_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto)]
+    if auto.impl != "single_block" or auto.rows_per_program != 1 or auto.stages != 1:
+        return plans
+    for w in sorted({auto.num_warps, 8, 16, 32}):
+        if w >= auto.num_warps // 2:
+            plans.append((f"reload/w{w}", dataclasses.replace(auto, num_warps=w, reload=True)))
+    return plans
+
+
+def run_round10(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return _backward_rounds(result, start, deadline, rounds, out, ROUND10_N, round10_plans, lambda y, dy: [])
 
 
 if __name__ == "__main__":

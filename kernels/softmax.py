@@ -43,11 +43,7 @@ from kernels.softmax_kernels import (  # noqa: F401  (the forward kernels: the t
     _softmax_fwd_rows_pipelined_kernel,
     _softmax_fwd_single_block_kernel,
 )
-from kernels.softmax_split_row_kernels import (  # noqa: F401  (_wait_for_row: the tuning probe's)
-    _softmax_bwd_split_row_kernel,
-    _softmax_fwd_split_row_kernel,
-    _wait_for_row,
-)
+from kernels.softmax_split_row_kernels import _softmax_bwd_split_row_kernel, _softmax_fwd_split_row_kernel
 from kernels.softmax_plan import (  # noqa: F401  (re-exported: the plan is imported from here)
     AUTO_SINGLE_BLOCK_MAX_N,
     DIRECTIONS,

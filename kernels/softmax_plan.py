@@ -73,10 +73,21 @@ _TAIL_MAX_FRACTION = 16
 # 16,384-lane block, and 16,384 + 4096 lanes 84.6% against 70.6%; fp32 rows lost 0.6-0.7 points the same way,
 # so they keep the rule. Backward (round 6, bf16 and fp16): a 4096 head with a 1024 tail measured 99.5-99.7%
 # against 91.2-96.5% for one 8192 block at N = 4610 and 5000; longer heads were mixed (8192 + 4096 at 10,920:
-# +3 points; 8192 + 2048 at 9512: -5) or lost (16,384 + 2048-8192 at 18,000-21,439: -16 to -18), so they
-# keep fp32's rule.
+# +3 points; 8192 + 2048 at 9512: -5) or lost (16,384 + 2048-8192 at 18,000-21,439: 14 to 19 points lower),
+# so they keep fp32's rule.
 _WIDE_TAIL_HEADS = {"forward": {8192: 16, 16384: 16}, "backward": {4096: 4}}  # head -> num_warps
 _WIDE_TAIL_FRACTION = 4
+
+# ...and 2-byte backward rows held as one 16,384-lane block (N = 8193-16,384 without a tail) reload y and dy
+# for dx instead of holding them across the row's reduction (SoftmaxPlan.reload): 8 warps while the row fills
+# at most two thirds of the block, 32 above. Measured on the H100 (tools/probe_any_n.py round 10, M*N*2 =
+# 256 MiB, bf16 unless named), against the held row on 16 warps: 9001 87.6 -> 100.2% of the copy ceiling;
+# 9512 90.9 -> 99.9 (fp16 91.0 -> 100.2); 10,000 95.0 -> 98.5; 10,920 94.6 -> 99.5 (fp16 94.3 -> 98.9);
+# 12,000 99.1 -> 101.0; 13,001 96.7 -> 99.5; 15,000 100.0 -> 100.3; 16,384 100.4 -> 100.9. On 8 warps the
+# fuller rows lost (12,000: 96.7; 16,384: 89.4), on 32 the emptier ones (9512: 83.9). fp32 rows and rows with
+# a tail gained nothing (within a point) and hold theirs.
+_RELOAD_BLOCK_N = 16384
+_RELOAD_WARPS = ((2 / 3, 8), (1.0, 32))  # (largest fill of the block, num_warps)
 
 # ...and 2-byte forward rows whose lanes are a head of 16,384 plus a tail (N = 16,385-24,576), or an
 # 8192 head plus a wide tail on a cut row, run on a persistent grid with their next rows' loads pipelined
@@ -103,11 +114,12 @@ _ONLINE_WARPS = 8
 
 # Split-row settings by direction and element size: (slice width BLOCK_N, num_warps). A row needs all its
 # slices resident at once, so the number of slices is capped far below what one wave of 132 SMs holds.
-# The backward's, measured on the H100 with tools/probe_any_n.py (M*N*size of 256 MiB-1 GiB, 35 lengths of
-# 17,001-262,144, all three dtypes): slices of 8192 on 4 warps were within a point of the best of 4096-16,384
-# lanes on 2-16 warps at every length but one (bf16 36,481: 81.8% of the copy ceiling against 82.7% on 4096 x
-# 2), also where narrower slices hold the row in fewer lanes (fp32 17,001: 95.8% against 94.5% on 4096 x 4;
-# bf16 200,001: 89.0% against 83.4%). On 8 warps they measured 1-14 points lower (rounds 6 and 7).
+# The backward's, measured on the H100 with tools/probe_any_n.py (M*N*size of 256 MiB-1 GiB, 21 pairs of
+# length and dtype of 17,001-262,144, all three dtypes): slices of 8192 on 4 warps were within a point of the
+# best of 4096-16,384 lanes on 2-16 warps at every pair (bf16 36,481: 81.8% of the copy ceiling against 82.7%
+# on 4096 x 2), also where narrower slices hold the row in fewer lanes (fp32 17,001: 95.8% against 94.5% on
+# 4096 x 4; bf16 200,001: 89.0% against 83.4%). On 8 warps they measured up to 14 points lower, level at
+# 2-byte 100,000 and 131,072 (rounds 6 and 7).
 _SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 4), 2: (8192, 4)}}
 DIRECTIONS = ("forward", "backward")
 MAX_SPLITS = 64
@@ -265,8 +277,11 @@ def plan_softmax(
             num_warps = next(w for limit, w in _PIPELINED_WARPS if tail_n <= limit)
             return SoftmaxPlan("single_block", block_n, 1, num_warps, min(n_rows, _PIPELINED_PROGRAMS_PER_SM * sms),
                                tail_n=tail_n, edges=edges, stages=_PIPELINED_STAGES)
+        reload = direction == "backward" and two_byte and rows == 1 and (block_n, tail_n) == (_RELOAD_BLOCK_N, 0)
+        if reload:
+            num_warps = next(w for fill, w in _RELOAD_WARPS if n_cols <= fill * block_n)
         return SoftmaxPlan("single_block", block_n, rows, num_warps, _cdiv(n_rows, rows), tail_n=tail_n,
-                           edges=edges and rows == 1)
+                           edges=edges and rows == 1, reload=reload)
     if impl == "split_row":
         block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
         splits = _cdiv(n_cols, block_n)

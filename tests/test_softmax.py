@@ -511,7 +511,25 @@ def test_two_byte_backward_takes_a_wide_tail_on_a_4096_head(dtype, n, block_n, t
     if dtype == torch.float32 and tail_n > 512:  # fp32 keeps the narrow tails
         block_n, tail_n = 8192, 0
     assert (plan.block_n, plan.tail_n, plan.stages) == (block_n, tail_n, 1)
-    assert plan.num_warps == ({4096: 4, 8192: 8}[block_n] if tail_n else 16)
+    reloads = block_n == 16384 and dtype != torch.float32  # one 16,384 block: test_two_byte_backward_reloads...
+    assert plan.num_warps == ({4096: 4, 8192: 8}[block_n] if tail_n else 8 if reloads else 16)
+
+
+@pytest.mark.parametrize("n,warps", [(8400, 8), (9001, 8), (9512, 8), (10922, 8), (10923, 32), (12000, 32),
+                                     (16384, 32)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_two_byte_backward_reloads_one_16384_block(dtype, n, warps):
+    """2-byte backward rows held as one 16,384-lane block load y and dy again for dx: on 8 warps up to two
+    thirds of the block, 32 above. fp32 rows, forward rows, rows with a tail and other blocks hold theirs."""
+    plan = plan_softmax(1000, n, dtype, "single_block", direction="backward")
+    assert (plan.block_n, plan.tail_n, plan.rows_per_program) == (16384, 0, 1)
+    if dtype == torch.float32:
+        assert not plan.reload and plan.num_warps == 16
+    else:
+        assert plan.reload and plan.num_warps == warps
+    assert not plan_softmax(1000, n, dtype, "single_block", direction="forward").reload
+    for other in (8192, 8200, 16385, 20000, 40000):
+        assert not plan_softmax(1000, other, dtype, "single_block", direction="backward").reload
 
 
 @pytest.mark.parametrize("n", list(range(1, 70000, 997)) + [2**k + d for k in range(4, 17) for d in (-1, 0, 1)])

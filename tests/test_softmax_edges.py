@@ -15,7 +15,7 @@ import torch
 
 from accuracy import rel_err
 from kernels import reference
-from kernels.softmax import plan_softmax, softmax, softmax_bwd, softmax_fwd
+from kernels.softmax import SoftmaxPlan, plan_softmax, softmax, softmax_bwd, softmax_fwd
 from test_softmax import BOUNDS, DTYPES, _assert_close_to_float64, _draw, needs_gpu
 
 softmax_module = importlib.import_module("kernels.softmax")
@@ -79,6 +79,26 @@ def test_forward_and_backward_at_any_cut(dtype, n, layout, device, gen):
     dy = _draw((m, n), dtype, device, gen, scale=1.0)
     bwd = plan_softmax(m, n, dtype, direction="backward")
     dx = softmax_bwd(y, dy, bwd, out=torch.full((m, n), NAN, dtype=dtype, device=device))
+    assert not torch.isnan(dx).any()
+    assert rel_err(dx, reference.softmax_backward(y.double(), dy.double())) <= BOUNDS[dtype][2]
+
+
+@pytest.mark.parametrize("n,block_n,tail_n", [(40, 64, 0), (64, 64, 0), (61, 64, 0), (77, 64, 16), (100, 128, 0)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "odd-stride", "offset-rows"])
+def test_backward_reloading_the_row_at_any_cut(dtype, n, block_n, tail_n, layout, device, gen):
+    """SoftmaxPlan.reload (y and dy loaded again for dx) on cut and uncut rows, with and without a tail."""
+    m = 3
+    y = {
+        "contiguous": lambda: _draw((m, n), dtype, device, gen),
+        "odd-stride": lambda: _strided((m, n), dtype, device, gen, pad=3),
+        "offset-rows": lambda: _strided((m, n), dtype, device, gen, pad=5, offset=16),
+    }[layout]()
+    y.copy_(y.float().softmax(-1))  # probabilities, in the layout drawn
+    dy = _draw((m, n), dtype, device, gen, scale=1.0)
+    edges = n % 16 != 0 or y.stride(0) % 16 != 0
+    plan = SoftmaxPlan("single_block", block_n, 1, 4, m, tail_n=tail_n, edges=edges, reload=True)
+    dx = softmax_bwd(y, dy, plan, out=torch.full((m, n), NAN, dtype=dtype, device=device))
     assert not torch.isnan(dx).any()
     assert rel_err(dx, reference.softmax_backward(y.double(), dy.double())) <= BOUNDS[dtype][2]
 

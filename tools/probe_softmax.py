@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernels import reference  # noqa: E402
 from experiments._softmax import _liger_backward  # noqa: E402
 from kernels.softmax import (  # noqa: E402
-    SoftmaxPlan, _softmax_fwd_row_kernel, _softmax_fwd_single_block_kernel, _wait_for_row, plan_softmax,
-    softmax_bwd, softmax_fwd,
+    SoftmaxPlan, _softmax_fwd_row_kernel, _softmax_fwd_single_block_kernel, plan_softmax, softmax_bwd, softmax_fwd,
 )
+from kernels.softmax_split_row_kernels import _wait_for_row  # noqa: E402
 from lab.measure.timing import CudaEventClock  # noqa: E402
 from probe_common import probe_header  # noqa: E402
 

@@ -1,0 +1,38 @@
+"""tools/probe_any_n.py and its round modules: every round the command line offers resolves to a runner, and the
+plans each round would time are valid plans of the row they are for (CPU; the timing itself needs a GPU)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
+import probe_any_n  # noqa: E402
+import probe_any_n_backward as backward  # noqa: E402
+import probe_any_n_forward as forward  # noqa: E402
+
+
+def test_every_round_has_a_runner():
+    for k in range(2, 6):
+        assert callable(getattr(forward, f"run_round{k}"))
+    for k in range(6, 11):
+        assert callable(getattr(backward, f"run_round{k}"))
+
+
+@pytest.mark.parametrize("plans", [probe_any_n.lab_plans, probe_any_n.round2_plans, backward.round6_plans,
+                                   backward.round7_plans, backward.round8_plans, backward.round9_plans,
+                                   backward.round10_plans])
+@pytest.mark.parametrize("n,dtype", [(9512, torch.bfloat16), (50257, torch.bfloat16), (4396, torch.float32)])
+def test_round_plans_are_plans_of_the_row(plans, n, dtype, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: type("P", (), {"multi_processor_count": 132}))
+    m = 1000
+    for direction in ("forward", "backward"):
+        for name, plan in plans(m, n, dtype, direction):
+            assert isinstance(name, str) and name
+            lanes = plan.block_n * plan.splits if plan.impl == "split_row" else plan.block_n + plan.tail_n
+            assert plan.impl == "online" or lanes >= n or plan.edges, (name, plan)
+            assert plan.grid >= 1 and plan.num_warps in (1, 2, 4, 8, 16, 32)

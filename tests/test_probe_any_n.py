@@ -36,3 +36,18 @@ def test_round_plans_are_plans_of_the_row(plans, n, dtype, monkeypatch):
             lanes = plan.block_n * plan.splits if plan.impl == "split_row" else plan.block_n + plan.tail_n
             assert plan.impl == "online" or lanes >= n or plan.edges, (name, plan)
             assert plan.grid >= 1 and plan.num_warps in (1, 2, 4, 8, 16, 32)
+
+
+@pytest.mark.parametrize("n", [40, 64, 77])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("passes", [2, 3])
+def test_round11_forward_reading_the_row_again_matches_float64(n, dtype, passes):
+    """The forward variant round 11 times: cut and uncut rows, both pass counts, NaN-free and within bounds."""
+    from kernels import reference
+
+    x = (torch.randn(5, n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
+    y = forward.reload_forward(x, 4, passes, "test")()
+    want = reference.softmax_float64(x)
+    assert not torch.isnan(y).any()
+    assert (y.double() - want).abs().max() <= (2e-2 if dtype == torch.bfloat16 else 1e-6)
+    assert callable(forward.run_round11)

@@ -1,8 +1,9 @@
-"""The forward's rounds of tools/probe_any_n.py (GPU only; run them through it: --round 2 to 5).
+"""The forward's rounds of tools/probe_any_n.py (GPU only; run them through it: --round 2 to 5, 11).
 
 2: the chosen rules against the previous plan at lengths they were not chosen on, the sweeps' lengths, and a
 persistent split-row lead for long 2-byte rows; 3: 2-byte rows held in their storage dtype; 4: persistent
-programs with the next rows' loads pipelined; 5: round 4's schedule at lengths it was not chosen on.
+programs with the next rows' loads pipelined; 5: round 4's schedule at lengths it was not chosen on; 11: the
+row read again instead of held across a reduction.
 """
 
 from __future__ import annotations
@@ -415,6 +416,92 @@ def run_round5(result: dict, start: float, deadline: float, rounds: int, out: Pa
         for row in got:
             if row["variant"] in REGISTERS:
                 row["registers"], row["spills"], row["shared"] = REGISTERS[row["variant"]][:3]
+        rows += got
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Round 11: the forward reading its row again instead of holding it across a reduction, as the backward's
+# SoftmaxPlan.reload does (probe round 10): PASSES=2 holds x through the max and reads it again for the store
+# (e is consumed by the sum); PASSES=3 also reads it again for the sum, so no row is held across either
+# reduction. The first load keeps its lines in L2, the last drops them; DRAM bytes stay 2*N*size when the
+# rows in flight fit in L2. One power-of-two block a row, one row a program, the cut where the row needs it.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _fwd_row_reload_kernel(x_ptr, y_ptr, n_cols, x_row_stride, y_row_stride, BLOCK_N: tl.constexpr,
+                           EDGES: tl.constexpr, VEC: tl.constexpr, PASSES: tl.constexpr):
+    row = tl.program_id(0)
+    if EDGES:
+        x_start, head, n_main = _row_cut(row, x_row_stride, n_cols, VEC)
+        x_row = x_ptr + tl.multiple_of(x_start + head, VEC)
+        y_row = y_ptr + tl.multiple_of(row * y_row_stride + head, VEC)
+        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
+        x_edge = tl.load(x_row + edge, mask=edge_in, other=-float("inf")).to(tl.float32)
+    else:
+        n_main = n_cols
+        x_row = x_ptr + row * x_row_stride
+        y_row = y_ptr + row * y_row_stride
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_row + cols, mask=cols < n_main, other=-float("inf"), eviction_policy="evict_last").to(tl.float32)
+    m = tl.max(x, axis=0)
+    if EDGES:
+        m = tl.maximum(m, tl.max(x_edge, axis=0))
+    if PASSES == 3:
+        x = tl.load(x_row + cols, mask=cols < n_main, other=-float("inf"), eviction_policy="evict_last").to(tl.float32)
+    d = tl.sum(tl.exp(x - m), axis=0)
+    if EDGES:
+        d += tl.sum(tl.exp(x_edge - m), axis=0)
+    inv_d = 1.0 / d
+    x = tl.load(x_row + cols, mask=cols < n_main, other=-float("inf"), eviction_policy="evict_first").to(tl.float32)
+    tl.store(y_row + cols, (tl.exp(x - m) * inv_d).to(y_ptr.dtype.element_ty), mask=cols < n_main)
+    if EDGES:
+        tl.store(y_row + edge, (tl.exp(x_edge - m) * inv_d).to(y_ptr.dtype.element_ty), mask=edge_in)
+
+
+def reload_forward(x: torch.Tensor, warps: int, passes: int, name: str):
+    """A launcher of the round-11 kernel over a contiguous x (y gets x's alignment, so one cut serves both)."""
+    m, n = x.shape
+    y = torch.empty_like(x)
+    vec = 16 // x.element_size()
+    block_n = max(16, 1 << (n - 1).bit_length())
+
+    def run():
+        k = _fwd_row_reload_kernel[(m,)](x, y, n, x.stride(0), y.stride(0), BLOCK_N=block_n, EDGES=n % 16 != 0,
+                                         VEC=vec, PASSES=passes, num_warps=warps)
+        if k is not None and hasattr(k, "n_regs"):
+            REGISTERS.setdefault(name, (k.n_regs, k.n_spills))
+        return y
+
+    return run
+
+
+ROUND11_N = tuple((n, torch.bfloat16) for n in (2057, 4610, 6500, 9001, 9512, 10039, 10920, 12345, 13001, 16384,
+                                                17523, 19211, 21439, 22403, 28000, 30000))
+ROUND11_N += ((9512, torch.float16), (21439, torch.float16), (9512, torch.float32), (21439, torch.float32))
+
+
+def round11_extra(n: int) -> list:
+    return [(f"lab:reload{p}/w{w}", lambda x, w=w, p=p: reload_forward(x, w, p, f"lab:reload{p}/w{w}"))
+            for p in (2, 3) for w in (8, 16, 32)]
+
+
+def run_round11(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    rows: list[dict] = []
+    for n, dtype in ROUND11_N:
+        if time.time() - start > deadline:
+            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+            return rows
+        REGISTERS.clear()
+        got = probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds,
+                          lambda m, n, d, r: [("auto", plan_softmax(m, n, d, "auto", True, r))], None, ("forward",),
+                          round11_extra(n))
+        for row in got:
+            if row["variant"] in REGISTERS:
+                row["registers"], row["spills"] = REGISTERS[row["variant"]]
         rows += got
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))

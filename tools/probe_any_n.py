@@ -112,7 +112,9 @@ def backward_candidates(y: torch.Tensor, dy: torch.Tensor, plans) -> list:
 
 
 def probe_shape(n: int, dtype: torch.dtype, ceiling: float, rounds: int, plans=lab_plans, m: int | None = None,
-                directions=("forward", "backward"), extra=()) -> list[dict]:
+                directions=("forward", "backward"), extra=(), backward_extra=None) -> list[dict]:
+    """One row length: the lab's `plans` and the peers, forward (with the candidates f(x) of `extra`) and
+    backward (with those backward_extra(y, dy) gives), each checked against float64 and timed together."""
     m = m or math.ceil(MIN_BYTES / (2 * n))
     size = torch.empty((), dtype=dtype).element_size()
     gen = torch.Generator(device="cuda").manual_seed(n)
@@ -128,7 +130,8 @@ def probe_shape(n: int, dtype: torch.dtype, ceiling: float, rounds: int, plans=l
     y = torch.softmax(x.float(), -1).to(dtype)
     del x
     dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
-    rows += measure_held(backward_candidates(y, dy, plans(m, n, dtype, "backward")),
+    more = backward_extra(y, dy) if backward_extra is not None else []
+    rows += measure_held(backward_candidates(y, dy, plans(m, n, dtype, "backward")) + more,
                          reference.softmax_backward(y[:64].double(), dy[:64].double()), 3 * m * n * size, ceiling,
                          {**key, "direction": "backward"}, rounds)
     del y, dy

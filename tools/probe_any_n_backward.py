@@ -22,11 +22,9 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernels import reference  # noqa: E402
 from kernels.softmax import plan_softmax  # noqa: E402
 from kernels.softmax_plan import MAX_SPLITS, SoftmaxPlan  # noqa: E402
-from probe_any_n import MIN_BYTES, _split_row, backward_candidates, probe_shape  # noqa: E402
-from probe_softmax import measure_held  # noqa: E402
+from probe_any_n import _split_row, probe_shape  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -72,15 +70,17 @@ def round6_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tup
     return plans
 
 
-def _probe_shapes(result: dict, start: float, deadline: float, rounds: int, out: Path, shapes, plans) -> list[dict]:
-    """probe_shape at each (M or None, N, dtype, directions) of `shapes` with `plans`, writing `out` after each,
-    until the deadline (then result["stopped_at"] names the first shape not probed)."""
+def _probe_shapes(result: dict, start: float, deadline: float, rounds: int, out: Path, shapes, plans,
+                  backward_extra=None) -> list[dict]:
+    """probe_shape at each (M or None, N, dtype, directions) of `shapes` with `plans` (and backward_extra),
+    writing `out` after each, until the deadline (then result["stopped_at"] names the first shape not probed)."""
     rows: list[dict] = []
     for m, n, dtype, directions in shapes:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             return rows
-        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, plans, m, directions)
+        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, plans, m, directions,
+                            backward_extra=backward_extra)
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows
@@ -204,31 +204,14 @@ def _round8_extra(y: torch.Tensor, dy: torch.Tensor) -> list:
 def _backward_rounds(result: dict, start: float, deadline: float, rounds: int, out: Path, shapes, plans,
                      extra) -> list[dict]:
     """The backward at each (N, dtype) of `shapes`: the lab's `plans`, the peers, torch.compile's backward and
-    the candidates extra(y, dy) gives, writing `out` after each shape until the deadline."""
+    the candidates extra(y, dy) gives."""
     from kernels import reference as ref_ops
 
-    rows: list[dict] = []
-    for n, dtype in shapes:
-        if time.time() - start > deadline:
-            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
-            break
-        m = math.ceil(MIN_BYTES / (2 * n))
-        gen = torch.Generator(device="cuda").manual_seed(n)
-        y = torch.softmax(torch.randn(m, n, device="cuda", generator=gen).float() * 3, -1).to(dtype)
-        dy = torch.randn(m, n, device="cuda", generator=gen).to(dtype)
-        size = y.element_size()
-        candidates = backward_candidates(y, dy, plans(m, n, dtype, "backward"))
-        candidates.append(("torch.compile", lambda y=y, dy=dy: ref_ops.compiled_softmax_backward(y, dy)))
-        candidates += extra(y, dy)
-        rows += measure_held(candidates, reference.softmax_backward(y[:64].double(), dy[:64].double()),
-                             3 * m * n * size, result["copy_ceiling_gbs"],
-                             {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "backward"},
-                             rounds)
-        del y, dy
-        torch.cuda.empty_cache()
-        result["rows"] = rows
-        out.write_text(json.dumps(result, indent=1))
-    return rows
+    def more(y: torch.Tensor, dy: torch.Tensor) -> list:
+        return [("torch.compile", lambda: ref_ops.compiled_softmax_backward(y, dy)), *extra(y, dy)]
+
+    return _probe_shapes(result, start, deadline, rounds, out, [(None, n, dtype, ("backward",)) for n, dtype in shapes],
+                         plans, more)
 
 
 # ---------------------------------------------------------------------------------------------------------

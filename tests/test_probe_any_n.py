@@ -51,3 +51,51 @@ def test_round11_forward_reading_the_row_again_matches_float64(n, dtype, passes)
     assert not torch.isnan(y).any()
     assert (y.double() - want).abs().max() <= (2e-2 if dtype == torch.bfloat16 else 1e-6)
     assert callable(forward.run_round11)
+
+
+@pytest.mark.parametrize("n", [9512, 21439, 75029, 262144])
+def test_round12_cluster_settings_cover_the_row(n):
+    import probe_any_n_cluster as cluster
+
+    settings = cluster.cluster_settings(n)
+    assert settings and callable(cluster.run_round12)
+    for size, block_n, warps in settings:
+        assert 2 <= size <= cluster.MAX_CLUSTER and size * block_n >= n + (n % 16 != 0) * 16
+        assert warps in (2, 4, 8, 16)
+    assert all(cluster.cluster_settings(length) for length, _ in cluster.ROUND12_N + cluster.ROUND13_N)
+    assert callable(cluster.run_round13)
+
+
+_COMPILE_FOR_HOPPER = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
+import probe_any_n_cluster as cluster
+signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "part_m_ptr": "*fp32", "part_d_ptr": "*fp32", "n_cols": "i32",
+             "x_row_stride": "i32", "y_row_stride": "i32"}
+constexprs = {"BLOCK_N": 2048, "CLUSTER": 3, "CLUSTER_POW2": 4, "EDGES": sys.argv[2] == "1", "VEC": 8}
+src = ASTSource(fn=cluster._fwd_cluster_kernel, signature={**signature, **dict.fromkeys(constexprs, "constexpr")},
+                constexprs=constexprs)
+print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 2}).asm["ptx"])
+"""
+
+
+@pytest.mark.parametrize("edges", [False, True])
+def test_round12_kernel_meets_at_the_cluster_barrier_after_storing_its_partials(edges, tmp_path):
+    """Compiled for Hopper without a GPU (outside the interpreter): the partials are stored before the barrier
+    and read after it, past L1."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    root = str(Path(__file__).resolve().parents[1])
+    ptx = subprocess.run([sys.executable, "-c", _COMPILE_FOR_HOPPER, root, str(int(edges))], env=env, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    arrive = ptx.index("barrier.cluster.arrive")
+    assert ptx.index("barrier.cluster.wait") > arrive
+    body = ptx[:arrive]
+    assert body.count("st.global.b32") >= 2  # m and d, before the barrier
+    assert "ld.global.cg" in ptx[arrive:] and "ld.global.cg" not in body

@@ -1,0 +1,254 @@
+"""Rounds 12 and 13 of tools/probe_any_n.py (GPU only; run them through it: --round 12, 13): split rows whose slices meet at
+a hardware cluster barrier instead of through tickets and counters.
+
+The split-row kernels (kernels/softmax_split_row_kernels.py) let the programs of a row meet through global
+memory: a ticket from one counter orders the work so that a row's slices are all running before its last
+one waits, and the slices spin on a per-row counter until every partial has arrived. On Hopper a launch can
+group its programs into clusters that the hardware schedules together (up to 8, or 16 non-portably), and
+whose programs can wait for each other at one barrier (`barrier.cluster.arrive` / `barrier.cluster.wait`,
+release and acquire by default). Here a row's slices are one cluster: no ticket, no counter, no spin; each
+slice writes its partials to its own slot, meets the others at the barrier, then reads the row's partials.
+
+Triton 3.6 does not compile `num_ctas` > 1 for these kernels (its CTA planning and its reductions assume a
+block held by one CTA; the reduction's lowering asserts `isReduceWithinCTA`), so the kernels here are
+compiled for one CTA and launched by the compiled kernel's own launcher with a cluster size in its packed
+metadata: that launcher sets the cluster dimension and multiplies the grid by it. The barrier is inline PTX.
+The cluster size need not be a power of two (a row of 21,439 lanes can be 3 slices of 8192).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kernels.softmax import plan_softmax  # noqa: E402
+from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
+from probe_any_n import probe_shape  # noqa: E402
+
+MAX_CLUSTER = 16
+PORTABLE_CLUSTER = 8
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute in cuda.h
+
+
+@triton.jit
+def _cluster_barrier(value):
+    # Every thread of every program of the cluster arrives (release) and waits (acquire); the result is 0 and
+    # depends on the barrier, so loads whose address adds it cannot be issued before the barrier completes.
+    return tl.inline_asm_elementwise(
+        "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n\tmov.u32 $0, 0;",
+        "=r,r", [value], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _fwd_cluster_kernel(x_ptr, y_ptr, part_m_ptr, part_d_ptr, n_cols, x_row_stride, y_row_stride,
+                        BLOCK_N: tl.constexpr, CLUSTER: tl.constexpr, CLUSTER_POW2: tl.constexpr,
+                        EDGES: tl.constexpr, VEC: tl.constexpr):
+    # Program pid is slice pid % CLUSTER of row pid // CLUSTER; a cluster is CLUSTER consecutive programs.
+    pid = tl.program_id(0)
+    row = pid // CLUSTER
+    part = pid % CLUSTER
+    row64 = row.to(tl.int64)
+    if EDGES:
+        x_start, head, n_main = _row_cut(row64, x_row_stride, n_cols, VEC)
+        x_row = x_ptr + tl.multiple_of(x_start + head, VEC)
+        y_row = y_ptr + tl.multiple_of(row64 * y_row_stride + head, VEC)
+    else:
+        n_main = n_cols
+        x_row = x_ptr + row64 * x_row_stride
+        y_row = y_ptr + row64 * y_row_stride
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_main
+    x = tl.load(x_row + cols, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    if EDGES:
+        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
+        edge_in = edge_in & (part == 0)
+        x_edge = tl.load(x_row + edge, mask=edge_in, other=-float("inf")).to(tl.float32)
+        m = tl.maximum(m, tl.max(x_edge, axis=0))
+    m_safe = tl.where(m == -float("inf"), 0.0, m)
+    e = tl.exp(x - m_safe)
+    d = tl.sum(e, axis=0)
+    if EDGES:
+        e_edge = tl.exp(x_edge - m_safe)
+        d += tl.sum(e_edge, axis=0)
+    tl.store(part_m_ptr + pid, m)
+    tl.store(part_d_ptr + pid, d)
+    zero = _cluster_barrier(pid)
+    slot = tl.arange(0, CLUSTER_POW2)
+    parts = row * CLUSTER + zero + slot
+    pm = tl.load(part_m_ptr + parts, mask=slot < CLUSTER, other=-float("inf"), cache_modifier=".cg")
+    pd = tl.load(part_d_ptr + parts, mask=slot < CLUSTER, other=0.0, cache_modifier=".cg")
+    m_row = tl.max(pm, axis=0)
+    d_row = tl.sum(tl.where(pm == -float("inf"), 0.0, pd * tl.exp(pm - m_row)), axis=0)
+    d_row = tl.where(m_row == -float("inf"), float("nan"), d_row)
+    scale = tl.where(m == -float("inf"), 0.0, tl.exp(m_safe - m_row)) / d_row
+    tl.store(y_row + cols, (e * scale).to(y_ptr.dtype.element_ty), mask=mask)
+    if EDGES:
+        tl.store(y_row + edge, (e_edge * scale).to(y_ptr.dtype.element_ty), mask=edge_in)
+
+
+@triton.jit
+def _bwd_cluster_kernel(y_ptr, dy_ptr, dx_ptr, part_ptr, n_cols, row_stride,
+                        BLOCK_N: tl.constexpr, CLUSTER: tl.constexpr, CLUSTER_POW2: tl.constexpr,
+                        EDGES: tl.constexpr, VEC: tl.constexpr):
+    # y, dy and dx share one row stride (contiguous probe inputs), so one cut serves the three.
+    pid = tl.program_id(0)
+    row = pid // CLUSTER
+    part = pid % CLUSTER
+    row64 = row.to(tl.int64)
+    if EDGES:
+        start, head, n_main = _row_cut(row64, row_stride, n_cols, VEC)
+        offset = tl.multiple_of(start + head, VEC)
+    else:
+        n_main = n_cols
+        offset = row64 * row_stride
+    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < n_main
+    y = tl.load(y_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
+    partial = tl.sum(y * dy, axis=0)
+    if EDGES:
+        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
+        edge_in = edge_in & (part == 0)
+        y_edge = tl.load(y_ptr + offset + edge, mask=edge_in, other=0.0).to(tl.float32)
+        dy_edge = tl.load(dy_ptr + offset + edge, mask=edge_in, other=0.0).to(tl.float32)
+        partial += tl.sum(y_edge * dy_edge, axis=0)
+    tl.store(part_ptr + pid, partial)
+    zero = _cluster_barrier(pid)
+    slot = tl.arange(0, CLUSTER_POW2)
+    dot = tl.sum(tl.load(part_ptr + row * CLUSTER + zero + slot, mask=slot < CLUSTER, other=0.0,
+                         cache_modifier=".cg"), axis=0)
+    tl.store(dx_ptr + offset + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
+    if EDGES:
+        tl.store(dx_ptr + offset + edge, (y_edge * (dy_edge - dot)).to(dx_ptr.dtype.element_ty), mask=edge_in)
+
+
+def cluster_launcher(kernel, rows: int, cluster: int, args: tuple, **meta):
+    """Compile `kernel` for one CTA over rows*cluster programs, and return a function that launches it with
+    clusters of `cluster` programs through the compiled kernel's own launcher (which sets the cluster
+    dimension from the packed metadata and multiplies grid x by it)."""
+    if not 1 <= cluster <= MAX_CLUSTER:
+        raise ValueError(f"cluster must be 1-{MAX_CLUSTER}, got {cluster}")
+    compiled = kernel.warmup(*args, grid=(rows * cluster,), **meta)
+    run = compiled.run  # loads the binary, so compiled.function is set
+    if cluster > PORTABLE_CLUSTER:  # Triton's launcher allows it only at 16; the driver needs it for 9-15 too
+        status = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
+            ctypes.c_void_p(compiled.function), ctypes.c_int(_NON_PORTABLE_CLUSTER_SIZE_ALLOWED), ctypes.c_int(1))
+        if status != 0:
+            raise RuntimeError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) returned {status}")
+    packed = (compiled.metadata.num_warps, cluster, compiled.metadata.shared)
+    tail = tuple(meta[p.name] for p in kernel.params[len(args):] if p.name in meta)
+
+    def launch(*tensors_and_ints):
+        stream = torch.cuda.current_stream().cuda_stream
+        values = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in tensors_and_ints)
+        run(rows, 1, 1, stream, compiled.function, packed, None, None, None, *values, *tail)
+
+    return launch
+
+
+def _edges(x: torch.Tensor) -> bool:
+    return x.shape[1] % 16 != 0 or x.stride(0) % 16 != 0
+
+
+def cluster_forward(x: torch.Tensor, cluster: int, block_n: int, warps: int):
+    m, n = x.shape
+    y = torch.empty_like(x)
+    parts = torch.empty(2, m * cluster, device=x.device, dtype=torch.float32)
+    vec = 16 // x.element_size()
+    meta = dict(BLOCK_N=block_n, CLUSTER=cluster, CLUSTER_POW2=max(2, 1 << (cluster - 1).bit_length()),
+                EDGES=_edges(x), VEC=vec, num_warps=warps)
+    args = (x, y, parts[0], parts[1], n, x.stride(0), y.stride(0))
+    launch = cluster_launcher(_fwd_cluster_kernel, m, cluster, args, **meta)
+
+    def run():
+        launch(*args)
+        return y
+
+    return run
+
+
+def cluster_backward(y: torch.Tensor, dy: torch.Tensor, cluster: int, block_n: int, warps: int):
+    m, n = y.shape
+    dx = torch.empty_like(y)
+    parts = torch.empty(m * cluster, device=y.device, dtype=torch.float32)
+    meta = dict(BLOCK_N=block_n, CLUSTER=cluster, CLUSTER_POW2=max(2, 1 << (cluster - 1).bit_length()),
+                EDGES=_edges(y), VEC=16 // y.element_size(), num_warps=warps)
+    args = (y, dy, dx, parts, n, y.stride(0))
+    launch = cluster_launcher(_bwd_cluster_kernel, m, cluster, args, **meta)
+
+    def run():
+        launch(*args)
+        return dx
+
+    return run
+
+
+ROUND12_SLICES = ((2048, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16))
+ROUND13_SLICES = ((4096, 4), (8192, 4), (8192, 8))
+
+
+def cluster_settings(n: int, slices=ROUND12_SLICES) -> list[tuple[int, int, int]]:
+    """(cluster, slice lanes, warps) that cover a contiguous row of n: `slices` (lanes, warps), clusters of
+    2-16."""
+    out = []
+    for block_n, warps in slices:
+        cluster = math.ceil((n + (16 if n % 16 else 0)) / block_n)  # the cut's head and tail, where it has them
+        if 2 <= cluster <= MAX_CLUSTER:
+            out.append((cluster, block_n, warps))
+    return out
+
+
+# 2-byte lengths the records put below the targets, both schedules: one-row plans of 9,000-22,403 and
+# split rows of 36,481-268,850, powers of two among them; fp32 at two lengths for comparison.
+ROUND12_N = tuple((n, torch.bfloat16) for n in (9512, 17523, 21439, 22403, 36481, 41187, 65536, 75029, 100000,
+                                                131072, 162321, 262144))
+ROUND12_N += ((21439, torch.float16), (75029, torch.float16), (65536, torch.float32), (131072, torch.float32))
+
+
+# Round 13: round 12's lead at the split-row lengths of softmax-any-n's draw, with clusters of 9-15 allowed
+# (non-portable); slices of 4096 and 8192 lanes only (16,384 lost at every length in round 12).
+ROUND13_N = tuple((n, torch.bfloat16) for n in (33333, 36481, 46372, 53341, 62058, 74105, 75459, 97994, 108894,
+                                                129820, 131072))
+ROUND13_N += ((41187, torch.float16), (75029, torch.float16), (100000, torch.float16), (75029, torch.float32))
+
+
+def run_round12(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return _run_cluster_round(ROUND12_N, ROUND12_SLICES, result, start, deadline, rounds, out)
+
+
+def run_round13(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return _run_cluster_round(ROUND13_N, ROUND13_SLICES, result, start, deadline, rounds, out)
+
+
+def _run_cluster_round(shapes, slices, result: dict, start: float, deadline: float, rounds: int,
+                       out: Path) -> list[dict]:
+    rows: list[dict] = []
+    for n, dtype in shapes:
+        if time.time() - start > deadline:
+            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+            return rows
+        settings = cluster_settings(n, slices)
+        extra = [(f"lab:cluster{c}x{b}w{w}", lambda x, c=c, b=b, w=w: cluster_forward(x, c, b, w))
+                 for c, b, w in settings]
+
+        def backward_extra(y, dy, settings=settings):
+            return [(f"lab:cluster{c}x{b}w{w}", cluster_backward(y, dy, c, b, w)) for c, b, w in settings]
+
+        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds,
+                            lambda m, n, d, r: [("auto", plan_softmax(m, n, d, "auto", True, r))], None,
+                            ("forward", "backward"), extra, backward_extra)
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
+    return rows

@@ -1,17 +1,25 @@
 """View model of an experiment page's "Profiled (Nsight Compute)" section: per dtype, each profiled call's
 kernels, duration under the profiler, DRAM traffic, registers, spills and tensor-pipe use, or why the profiler
-gave no data."""
+gave no data.
+
+A GPU's profile and roofline come from the run judged on that GPU (its newest) when that run was profiled.
+When it was not, they come from the newest earlier run of the same experiment on the same GPU key whose
+profiling gave data (`profiled_run`), and the page says which run that is, that it is older than the run
+judged, and which hashed sources differ between the two (`profiled_from`).
+"""
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from experiments.spec import Experiment
+from lab.evidence.hashing import changed_sources
 from lab.evidence.records import Point, RunRecord
 from lab.publish import formatting as fmt
 from lab.publish.collect import dtypes_in, profile_names
 from lab.publish.escape import Md, code, compose
 from lab.publish.formatting import reader_command
+from lab.publish.overview import run_ref
 
 
 def _kernel_names(kernels: Sequence[Mapping]) -> Md:
@@ -88,4 +96,35 @@ def profiled_facts(experiment: Experiment, run: RunRecord) -> dict | None:
         "rule": selection.get("rule") or fmt.DASH,
         "warmups": block.get("warmup_calls"),
         "unattributed": block.get("unattributed_kernels") or 0,
+    }
+
+
+def _stamp(run: RunRecord) -> tuple[str, str]:
+    return (run.started_utc, run.run_id)
+
+
+def profiled_run(runs: Iterable[RunRecord], judged: RunRecord) -> RunRecord:
+    """The run whose profile and roofline a GPU's section shows: `judged` when it was profiled (a failed
+    attempt included, which the page reports); else the newest earlier run in `runs` of the same experiment
+    on the same GPU key whose profiling gave data (no error); else `judged`, which shows none."""
+    if judged.profiling is not None:
+        return judged
+    earlier = [r for r in runs
+               if r.experiment == judged.experiment and r.gpu_key == judged.gpu_key and _stamp(r) < _stamp(judged)
+               and r.profiling is not None and not r.profiling.get("error")]
+    return max(earlier, key=_stamp, default=judged)
+
+
+def profiled_from(source: RunRecord, judged: RunRecord, gpu_label: str) -> dict | None:
+    """Which older run the profile comes from, for the page to say so (None: it is the judged run's own).
+
+    `changed` names the sources hashed differently in the two runs (a file only one of them hashed
+    included): when there are any, the profiled code is not the code judged."""
+    if source is judged:
+        return None
+    return {
+        **run_ref(source, gpu_label),
+        "started": source.started_utc,
+        "judged": run_ref(judged, gpu_label),
+        "changed": changed_sources(source.hashes, judged.hashes),
     }

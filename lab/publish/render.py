@@ -28,6 +28,7 @@ from lab.publish import badges, escape
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.breakdown import breakdown_filename, has_breakdown, render_breakdown_plot
+from lab.publish.profiled import profiled_run
 from lab.publish.roofline import render_roofline_plot, roofline_filename, roofline_points
 from lab.publish.indexes import decision_context, environment_rows, index_rows, summary_rows
 from lab.publish.output import WriteReport, lost_evidence, write_outputs  # noqa: F401 - the render's way out
@@ -78,9 +79,12 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
                     out[f"{PLOTS_DIR}/{breakdown_filename(slug, key, dtype)}"] = render_breakdown_plot(
                         experiment, verdict.run, dtype, evidence.gpu_labels.get(key, key))
         for key, verdict in evidence.verdicts[slug].items():
-            if roofline_points(experiment, verdict.run)[0]:
-                out[f"{PLOTS_DIR}/{roofline_filename(slug, key)}"] = render_roofline_plot(
-                    experiment, verdict.run, evidence.gpu_labels.get(key, key))
+            profiled = profiled_run(evidence.runs[slug], verdict.run)  # the judged run's, or an earlier one's
+            if roofline_points(experiment, profiled)[0]:
+                label = evidence.gpu_labels.get(key, key)
+                if profiled is not verdict.run:
+                    label += f", older run {fmt.short_run_id(profiled.run_id)}"
+                out[f"{PLOTS_DIR}/{roofline_filename(slug, key)}"] = render_roofline_plot(experiment, profiled, label)
         for clock in clocks_with_data(evidence, slug):
             series = speedup_series(evidence, slug, clock)
             for dtype in dict.fromkeys(d for _, v in performance_verdicts(evidence, slug, clock)

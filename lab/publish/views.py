@@ -10,7 +10,7 @@ what a model builds as Markdown of its own (a status mark, a code span, a link, 
 from __future__ import annotations
 
 import json
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from experiments.spec import PARITY, Experiment
 from lab.evidence.records import CPU_GPU_KEY, Point, RunRecord
@@ -34,7 +34,7 @@ from lab.publish.collect import Evidence, dtypes_in, profile_names
 from lab.publish.escape import Md, code, compose, declared, href
 from lab.publish.breakdown import breakdown_filename, breakdown_view, has_breakdown, slower_ops
 from lab.publish.plots import plot_filename
-from lab.publish.profiled import profiled_facts
+from lab.publish.profiled import profiled_facts, profiled_from, profiled_run
 from lab.publish.roofline import roofline_filename, roofline_view
 from lab.publish.tokens import tokens_view
 
@@ -230,8 +230,11 @@ def _timing_text(run: RunRecord) -> str:
             f"{fmt.plural(t.warmup_rounds, 'warm-up round')} discarded, {samples}, {t.order}")
 
 
-def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_names: Mapping[str, str]) -> dict:
+def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_names: Mapping[str, str],
+                 runs: Sequence[RunRecord]) -> dict:
+    """One GPU's detail; its profile and roofline may come from an earlier run (lab.publish.profiled)."""
     run = verdict.run
+    profiled = profiled_run(runs, run)
     cpu = not run.is_performance_evidence
     judgements = {(j.case, j.dtype): j for j in verdict.points}
     dtypes = []
@@ -272,8 +275,9 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
         "run": _run_facts(run, gpu_names.get(gpu_key, gpu_key)),
         "dtypes": dtypes,
         "plans": _plans(experiment, run),
-        "profiled": profiled_facts(experiment, run),
-        "roofline": roofline_view(experiment, run),
+        "profiled": profiled_facts(experiment, profiled),
+        "roofline": roofline_view(experiment, profiled),
+        "profiled_from": profiled_from(profiled, run, gpu_names.get(gpu_key, gpu_key)),
         "tokens": tokens_view(experiment, run),
         "roofline_plot": href(f"../{PLOTS_DIR}/{roofline_filename(experiment.slug, gpu_key)}"),
     }
@@ -311,7 +315,8 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
     verdicts = evidence.verdicts[slug]
     gpu_names = evidence.gpu_names
     decisions = {d.slug: d for d in evidence.decisions}
-    sections = [_gpu_section(experiment, key, verdicts[key], gpu_names) for key in gpu_order(verdicts)]
+    sections = [_gpu_section(experiment, key, verdicts[key], gpu_names, evidence.runs[slug])
+                for key in gpu_order(verdicts)]
     for section, key in zip(sections, gpu_order(verdicts)):
         section["eager"] = eager_section(experiment, evidence.eager_verdicts.get(slug, {}).get(key))
     claim = experiment.claim

@@ -21,6 +21,13 @@ Triton's launch hooks are set (a profiler listening), when the current device is
 always under Triton's interpreter (TRITON_INTERPRET=1, the CPU path), where launchers simply replay
 `kernel[grid](...)` with the fixed arguments.
 
+`bind(..., cluster=C)` launches the programs in clusters of C consecutive programs (Hopper and later), which
+the hardware schedules together and which may wait for each other at the cluster's barrier. Triton 3.6
+compiles such kernels only for one CTA, so the kernel is compiled as usual and the compiled kernel's own
+launcher is handed C as the packed metadata's CTA count: it sets the cluster dimension and multiplies grid x
+by C. A clustered launch never falls back to `kernel[grid]` (that would launch without clusters); it passes
+Triton's launch hooks on instead, and refuses the interpreter.
+
 `stream_workspace` hands out buffers kept per (tag, device, stream) and never freed, for kernels that need
 scratch space or counters: a kernel that leaves its counters zeroed (self-resetting) can then launch without
 a memset per call.
@@ -32,6 +39,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 from triton import knobs
+from triton.runtime import driver
 from triton.runtime.jit import JITFunction
 
 # Triton's own choice of stream and device (triton/backends/driver.py): the raw stream torch has current.
@@ -76,20 +84,29 @@ def _trailing_values(kernel, args: Sequence, constexprs: dict) -> tuple:
     return tuple(values)
 
 
-def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, scalars: int = 0, **meta) -> Callable[..., None]:
+PORTABLE_CLUSTER = 8  # larger clusters (up to 16 on Hopper) must be allowed per kernel
+MAX_CLUSTER = 16
+_LARGE_CLUSTERS: set[tuple[int, int]] = set()  # (CUfunction, cluster size) allowed and found to fit
+
+
+def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, scalars: int = 0, cluster: int = 1,
+         **meta) -> Callable[..., None]:
     """A launcher of `kernel` over `grid` that takes the first `varying` of `args` on each call.
 
     args: the kernel's leading parameters, positionally, as for `kernel[grid](*args, **meta)`; the first
     `varying` change between calls: tensors, then the last `scalars` of them plain ints (a parameter the
     kernel lists in `do_not_specialize`, so no value of it picks another compiled kernel); the rest are
-    fixed. meta: constexprs by name and launch options (num_warps, ...).
+    fixed. meta: constexprs by name and launch options (num_warps, ...). cluster: programs a cluster (grid x
+    must be a multiple of it; 1: no clusters).
     The kernel is compiled here (without launching); the launcher's `.mode` says how it launches: "raw" (the
     compiled launcher's C function), "run" (CompiledKernel.run) or "jit" (kernel[grid], e.g. interpreter).
     """
     grid = tuple(grid) + (1,) * (3 - len(grid))
     fixed = tuple(args[varying:])
-    fallback = _jit_launcher(kernel, grid, fixed, meta)
     tensors = args[:varying - scalars]
+    if cluster != 1:
+        return _cluster_launcher(kernel, grid, args, varying, scalars, cluster, meta)
+    fallback = _jit_launcher(kernel, grid, fixed, meta)
     if not (isinstance(kernel, JITFunction) and tensors and all(isinstance(t, torch.Tensor) and t.is_cuda
                                                                    for t in tensors)):
         return fallback
@@ -106,6 +123,59 @@ def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, scalars: 
             return fallback
         launch = _raw_launcher(compiled, grid, device, tail, fallback, varying - scalars)
     launch.fixed = fixed
+    return launch
+
+
+def launch_in_clusters(kernel, grid: Sequence[int], args: Sequence, cluster: int, **meta) -> None:
+    """One launch of `kernel[grid](*args, **meta)` in clusters of `cluster` programs (see bind)."""
+    bind(kernel, grid, args, varying=len(args), cluster=cluster, **meta)(*args)
+
+
+def _cluster_launcher(kernel, grid: tuple, args: Sequence, varying: int, scalars: int, cluster: int,
+                      meta: dict) -> Callable[..., None]:
+    tensors = args[:varying - scalars]
+    if not 1 <= cluster <= MAX_CLUSTER or grid[0] % cluster or grid[1:] != (1, 1):
+        raise ValueError(f"bind: clusters of 1-{MAX_CLUSTER} programs tile a 1-D grid; got {cluster} over {grid}.")
+    if not (isinstance(kernel, JITFunction) and tensors and all(isinstance(t, torch.Tensor) and t.is_cuda
+                                                                   for t in tensors)):
+        raise ValueError("bind: a launch in clusters needs CUDA tensors and a compiled kernel, not Triton's "
+                         "interpreter.")
+    constexprs = {name: value for name, value in meta.items() if name in kernel.arg_names}
+    tail = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args[varying:])
+    tail += _trailing_values(kernel, args, constexprs)
+    device = tensors[0].device.index
+    with torch.cuda.device(device):
+        compiled = kernel.warmup(*args, grid=grid, **meta)
+        if hasattr(compiled, "result"):
+            compiled = compiled.result()
+        runner = compiled.run  # loads the binary, so compiled.function is set
+        function, shared = compiled.function, compiled.metadata.shared
+        if cluster > PORTABLE_CLUSTER and (function, cluster) not in _LARGE_CLUSTERS:
+            # Allows the non-portable size on this function (Triton's launcher does it only for 16) and asks
+            # the driver whether such a cluster fits at all.
+            if driver.active.utils.cuOccupancyMaxActiveClusters(function, shared, cluster) < 1:
+                raise ValueError(f"bind: clusters of {cluster} programs of {kernel.__name__} do not fit this GPU.")
+            _LARGE_CLUSTERS.add((function, cluster))
+    packed = (compiled.metadata.num_warps, cluster, shared)
+    gx = grid[0] // cluster
+    values = _pointers(varying - scalars)
+    runtime = knobs.runtime
+
+    def launch(*varying_args):
+        if _current_device() != device:
+            with torch.cuda.device(device):
+                return launch(*varying_args)
+        stream = _current_stream(device)
+        kernel_args = (*values(varying_args), *tail)
+        if launch_hooks_idle():
+            runner(gx, 1, 1, stream, function, packed, None, None, None, *kernel_args)
+        else:  # a profiler listening: what CompiledKernel's own launch passes it
+            runner(gx, 1, 1, stream, function, packed, compiled.launch_metadata(grid, stream, *kernel_args),
+                   runtime.launch_enter_hook, runtime.launch_exit_hook, *kernel_args)
+
+    launch.mode = "cluster"
+    launch.compiled = compiled
+    launch.fixed = tuple(args[varying:])
     return launch
 
 

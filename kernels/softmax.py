@@ -19,10 +19,12 @@ Each launch is described once (_fwd_launch, _bwd_launch) and run three ways:
   dtype, device, dim, impl and 16-byte alignment. A new layout is checked, planned and bound once
   (kernels/_launch.py); later calls allocate the output and launch, nothing else. A split-row launch takes
   its counters from a per-stream workspace that its kernels leave zeroed, so it needs no memset; captured
-  into a CUDA graph, it gets counters of its own, zeroed inside the graph.
+  into a CUDA graph, it gets counters of its own, zeroed inside the graph. A split-row backward whose plan
+  says `cluster` launches its rows' slices as clusters (kernels/_launch.py) and needs no counters.
 * under torch.compile (and torch.export) the call is the operator torch.ops.kernel_lab.softmax, with its
   backward kernel_lab::softmax_backward registered for autograd; the kernels sit in the graph
-  (torch.library.triton_op and wrap_triton; under the interpreter the ops are opaque custom ops).
+  (torch.library.triton_op and wrap_triton; under the interpreter the ops are opaque custom ops). A graph's
+  launcher knows no clusters, so traced calls are planned without them.
 * softmax_fwd and softmax_bwd launch one given plan on 2-D row matrices, as the experiments time them.
 """
 
@@ -32,7 +34,7 @@ import torch
 from triton.runtime.jit import JITFunction
 
 from kernels._checks import check_device, check_dtype, normalize_dim
-from kernels._launch import bind, stream_workspace
+from kernels._launch import bind, launch_in_clusters, stream_workspace
 from kernels.softmax_kernels import (  # noqa: F401  (the forward kernels: the tuning probe's)
     _softmax_bwd_online_kernel,
     _softmax_bwd_row_kernel,
@@ -53,6 +55,7 @@ from kernels.softmax_plan import (  # noqa: F401  (re-exported: the plan is impo
     SoftmaxPlan,
     _next_power_of_2,
     choose_impl,
+    device_clusters,
     device_sms,
     plan_softmax,
     single_block_lanes,
@@ -155,8 +158,9 @@ def _bwd_launch(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, plan: Softm
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=warps)
     if plan.impl == "split_row":
         ws = workspace(y.device, n_rows, (n_rows * plan.splits,))
+        clustered = dict(CLUSTER=True) if plan.cluster else {}
         return _softmax_bwd_split_row_kernel, grid, (y, dy, dx, *ws, n_cols, plan.splits, *strides), dict(
-            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, **edges)
+            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, **edges, **clustered)
     return _softmax_bwd_online_kernel, grid, (y, dy, dx, n_cols, *strides), dict(BLOCK_N=plan.block_n, num_warps=warps)
 
 
@@ -174,7 +178,10 @@ def softmax_bwd(
     """dx = y * (dy - <dy, y>) along dim 1 of 2-D tensors whose rows are contiguous; into `out` if given."""
     dx = torch.empty(y.shape, dtype=y.dtype, device=y.device) if out is None else out
     kernel, grid, args, meta = _bwd_launch(y, dy, dx, plan, _stream_workspace)
-    kernel[grid](*args, **meta)
+    if plan.cluster:
+        launch_in_clusters(kernel, grid, args, plan.splits, **meta)
+    else:
+        kernel[grid](*args, **meta)
     return dx
 
 
@@ -216,12 +223,13 @@ class _Route:
     __slots__ = ("forward", "backwards", "plan", "launch", "dim", "impl", "direct", "rows_shape")
 
 
-def _bind(spec: tuple, n_own: int, device: torch.device, n_rows: int, parts: tuple):
+def _bind(spec: tuple, n_own: int, device: torch.device, n_rows: int, parts: tuple, cluster: int = 1):
     """A launcher of the launch `spec` describes that takes the call's own tensors (its first n_own); a
-    split-row launch gets the current stream's partials and counters after them."""
+    split-row launch gets the current stream's partials and counters after them. cluster: programs a
+    cluster (a clustered split-row plan's splits)."""
     kernel, grid, args, meta = spec
     split_row = kernel in (_softmax_fwd_split_row_kernel, _softmax_bwd_split_row_kernel)
-    launch = bind(kernel, grid, args, varying=n_own + (len(parts) + 1 if split_row else 0), **meta)
+    launch = bind(kernel, grid, args, varying=n_own + (len(parts) + 1 if split_row else 0), cluster=cluster, **meta)
     if not split_row:
         return launch
 
@@ -275,13 +283,13 @@ def _new_route(x: torch.Tensor, dim: int, impl: str) -> _Route:
 def _new_backward(route: _Route, y: torch.Tensor, dy: torch.Tensor):
     """Plan and bind the backward of `route` for dy's layout; y is the forward's output."""
     (n_rows, n_cols), dim, dtype, device = route.rows_shape, route.dim, y.dtype, y.device
-    plan = plan_softmax(n_rows, n_cols, dtype, route.impl, direction="backward")
-    parts = (n_rows * plan.splits,)
+    plan = plan_softmax(n_rows, n_cols, dtype, route.impl, direction="backward", clusters=device_clusters(device))
+    parts, cluster = (n_rows * plan.splits,), plan.splits if plan.cluster else 1
     dy_rows = _matrix_view(dy, dim) if route.direct and dy.dtype == dtype else None
     if dy_rows is not None:  # y is contiguous here (allocated by the forward), and so is dx
         spec = _bwd_launch(y.view(n_rows, n_cols), dy_rows, torch.empty_like(y).view(n_rows, n_cols), plan,
                            _stream_workspace)
-        run = _bind(spec, 3, device, n_rows, parts)
+        run = _bind(spec, 3, device, n_rows, parts, cluster)
 
         def backward(y, dy):
             dx = torch.empty_like(y)
@@ -291,7 +299,7 @@ def _new_backward(route: _Route, y: torch.Tensor, dy: torch.Tensor):
         return backward
     dx_rows = torch.empty((n_rows, n_cols), dtype=dtype, device=device)
     spec = _bwd_launch(_as_rows(y, dim), _as_rows(dy.to(dtype), dim), dx_rows, plan, _stream_workspace)
-    run = _bind(spec, 3, device, n_rows, parts)
+    run = _bind(spec, 3, device, n_rows, parts, cluster)
 
     def backward_through_rows(y, dy):
         dx_rows = torch.empty((n_rows, n_cols), dtype=dtype, device=device)
@@ -324,7 +332,7 @@ def _softmax_op(x: torch.Tensor, dim: int, impl: str) -> torch.Tensor:
 def _softmax_backward_op(y: torch.Tensor, dy: torch.Tensor, dim: int, impl: str) -> torch.Tensor:
     y_rows, dy_rows = _as_rows(y, dim), _as_rows(dy.to(y.dtype), dim)
     dx_rows = torch.empty(y_rows.shape, dtype=y.dtype, device=y.device)
-    plan = plan_softmax(y_rows.shape[0], int(y_rows.shape[1]), y.dtype, impl, direction="backward")
+    plan = plan_softmax(y_rows.shape[0], int(y_rows.shape[1]), y.dtype, impl, direction="backward", clusters=False)
     kernel, grid, args, meta = _bwd_launch(y_rows, dy_rows, dx_rows, plan, _fresh_workspace)
     _traceable(kernel)[grid](*args, **meta)
     return _from_rows(dx_rows, dy, dim)

@@ -121,6 +121,19 @@ _ONLINE_WARPS = 8
 # 4096 x 4; bf16 200,001: 89.0% against 83.4%). On 8 warps they measured up to 14 points lower, level at
 # 2-byte 100,000 and 131,072 (rounds 6 and 7).
 _SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 4), 2: (8192, 4)}}
+# ...except 2-byte backward rows of at most _CLUSTER_MAX_SPLITS slices on a GPU with clusters (compute
+# capability 9.0 and later), whose slices are one cluster of the launch and meet at its barrier instead of
+# taking tickets and spinning on a counter (SoftmaxPlan.cluster), in slices of 4096 lanes while the row needs
+# at most _CLUSTER_NARROW_MAX_SPLITS of them. Measured on the H100 (tools/probe_any_n.py rounds 12 and 13,
+# M*N*2 = 256 MiB, bf16 unless named), against the ticketed slices of 8192: 33,333 79.0 -> 90.0% of the copy
+# ceiling (9 x 4096; 86.8 on 5 x 8192); 36,481 82.8 -> 91.8 (9 x 4096); 46,372 83.9 -> 92.1 (4096: 91.7);
+# fp16 41,187 80.2 -> 90.4 (4096: 90.2); 53,341 85.0 -> 89.6; 62,058 86.2 -> 94.3; 65,536 89.3 -> 96.6;
+# 74,105 85.8 -> 86.6; 75,459 85.2 -> 87.3 (fp16 75,029 86.1 -> 87.7); 97,994 88.8 -> 90.9; fp16 100,000
+# 88.6 -> 89.2; 129,820 90.8 -> 93.4; 131,072 92.2 -> 94.9. One length lost: 108,894 (14 slices) 88.5 ->
+# 87.1. Slices of 16,384 lanes measured 60-86%. fp32 rows (already at 99-101%) and the forward (+1 to +6
+# points at 8 slices and fewer, mixed above) keep their tickets.
+_CLUSTER_MAX_SPLITS = 16
+_CLUSTER_NARROW_N, _CLUSTER_NARROW_MAX_SPLITS = 4096, 9
 DIRECTIONS = ("forward", "backward")
 MAX_SPLITS = 64
 
@@ -146,6 +159,7 @@ class SoftmaxPlan:
     edges: bool = False  # rows cut at 16-byte boundaries: vector loads for the body, head and tail apart
     stages: int = 1  # >1: a persistent grid walks rows, the next rows' loads pipelined (single_block only)
     reload: bool = False  # backward, one row a program: y and dy loaded again for dx, not held (single_block)
+    cluster: bool = False  # a row's slices are one cluster of the launch, meeting at its barrier (split_row)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -207,6 +221,19 @@ def _cuda_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
+def _cuda_clusters(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) >= (9, 0)
+
+
+def device_clusters(device: torch.device | None = None) -> bool:
+    """Whether kernels on a CUDA device (None: the current one) can launch in clusters (compute capability
+    9.0 and later); False under Triton's interpreter or without CUDA."""
+    if interpreter_enabled() or not torch.cuda.is_available() or (device is not None and device.type != "cuda"):
+        return False
+    return _cuda_clusters(torch.cuda.current_device() if device is None or device.index is None else device.index)
+
+
 def device_sms(device: torch.device | None = None) -> int:
     """Streaming multiprocessors of a CUDA device (None: the current one) that its kernels run on; 0 under
     Triton's interpreter or without CUDA, where no plan depends on them."""
@@ -237,11 +264,13 @@ def plan_softmax(
     direction: str = "forward",
     row_stride: int | None = None,
     sms: int | None = None,
+    clusters: bool | None = None,
 ) -> SoftmaxPlan:
     """Launch plan for a row softmax over an n_rows x n_cols matrix; `direction` is "forward" or "backward";
     `row_stride`: elements from one row's start to the next (None: n_cols, rows back to back); `sms`: the
     streaming multiprocessors the launch runs on (None: device_sms() of the current device; 0: no persistent
-    grid)."""
+    grid); `clusters`: whether the launch may run in clusters (None: device_clusters() of the current device;
+    a caller whose launcher cannot, such as a traced graph's, passes False)."""
     if impl not in IMPLS:
         raise ValueError(f"softmax: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
     if direction not in DIRECTIONS:
@@ -284,8 +313,12 @@ def plan_softmax(
                            edges=edges and rows == 1, reload=reload)
     if impl == "split_row":
         block_n, num_warps = _SPLIT_ROW_SETTINGS[direction][_element_size(dtype)]
+        cluster = direction == "backward" and _element_size(dtype) == 2 and _cdiv(n_cols, block_n) <= _CLUSTER_MAX_SPLITS
+        cluster = cluster and (device_clusters() if clusters is None else clusters)
+        if cluster and _cdiv(n_cols, _CLUSTER_NARROW_N) <= _CLUSTER_NARROW_MAX_SPLITS:
+            block_n = _CLUSTER_NARROW_N
         splits = _cdiv(n_cols, block_n)
-        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits, edges=edges)
+        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits, edges=edges, cluster=cluster)
     block_n = min(_ONLINE_BLOCK_N[_element_size(dtype)], max(_MIN_BLOCK_N, _next_power_of_2(n_cols)))
     return SoftmaxPlan("online", block_n, 1, _ONLINE_WARPS, n_rows)
 

@@ -6,6 +6,10 @@ A long row is cut into slices held in the registers of cooperating programs, whi
 programs wait for each other, and Triton's interpreter runs one program at a time. The counters the programs
 meet through end every launch zeroed, as they began it, so launches share them. The row cut at 16-byte
 boundaries (EDGES) is kernels/softmax_kernels.py's.
+
+The backward kernel also runs with the slices of a row as one cluster of the launch (CLUSTER, Hopper and
+later; launched by kernels/_launch.py's bind(cluster=...)): the hardware schedules a cluster's programs
+together, so they need no tickets, and they meet at the cluster's barrier instead of spinning on a counter.
 """
 
 from __future__ import annotations
@@ -46,6 +50,15 @@ def _arrive_and_wait(counter_ptr, n_splits):
         tl.atomic_xchg(counter_ptr, 0, sem="release")
     else:
         _wait_for_row(counter_ptr, arrived, n_splits)
+
+
+@triton.jit
+def _cluster_barrier(value):
+    # Every thread of every program of the cluster arrives (release) and waits (acquire). Returns 0, computed
+    # after the wait from `value`, so an address that adds it is not loaded before the barrier.
+    return tl.inline_asm_elementwise(
+        "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n\tmov.u32 $0, 0;",
+        "=r,r", [value], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -115,11 +128,17 @@ def _softmax_fwd_split_row_kernel(
 def _softmax_bwd_split_row_kernel(
     y_ptr, dy_ptr, dx_ptr, part_dot_ptr, sync_ptr, n_cols, n_splits, y_row_stride, dy_row_stride, dx_row_stride,
     BLOCK_N: tl.constexpr, SPLITS_POW2: tl.constexpr, EDGES: tl.constexpr, VEC: tl.constexpr,
+    CLUSTER: tl.constexpr = False,
 ):
     # The backward of the split-row schedule: each program holds a slice of y and dy, the programs of a row
     # add their partial dots through global memory, then each writes its slice of dx: 3*M*N*size bytes.
-    # Tickets and the wait as in the forward kernel; EDGES as in _softmax_bwd_row_kernel.
-    ticket = _take_ticket(sync_ptr)
+    # Tickets and the wait as in the forward kernel; EDGES as in _softmax_bwd_row_kernel. CLUSTER: the
+    # n_splits programs of a row are one cluster of the launch, program id order, and meet at its barrier
+    # (sync_ptr unused); the partials are read past L1, where no stale copy can sit.
+    if CLUSTER:
+        ticket = tl.program_id(0)
+    else:
+        ticket = _take_ticket(sync_ptr)
     row = ticket // n_splits
     part = ticket % n_splits
     row64 = row.to(tl.int64)
@@ -145,10 +164,15 @@ def _softmax_bwd_split_row_kernel(
         dy_edge = tl.load(dy_row + edge, mask=edge_in, other=0.0).to(tl.float32)
         partial += tl.sum(y_edge * dy_edge, axis=0)
     tl.store(part_dot_ptr + ticket, partial)
-    _arrive_and_wait(sync_ptr + 1 + row, n_splits)
-    parts = row * n_splits + tl.arange(0, SPLITS_POW2)
-    in_row = tl.arange(0, SPLITS_POW2) < n_splits
-    dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
+    if CLUSTER:
+        parts = row * n_splits + _cluster_barrier(ticket) + tl.arange(0, SPLITS_POW2)
+        in_row = tl.arange(0, SPLITS_POW2) < n_splits
+        dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, cache_modifier=".cg"), axis=0)
+    else:
+        _arrive_and_wait(sync_ptr + 1 + row, n_splits)
+        parts = row * n_splits + tl.arange(0, SPLITS_POW2)
+        in_row = tl.arange(0, SPLITS_POW2) < n_splits
+        dot = tl.sum(tl.load(part_dot_ptr + parts, mask=in_row, other=0.0, volatile=True), axis=0)
     tl.store(dx_row + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
     if EDGES:
         tl.store(dx_row + edge, (y_edge * (dy_edge - dot)).to(dx_ptr.dtype.element_ty), mask=edge_in)

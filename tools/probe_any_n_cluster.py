@@ -34,20 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kernels.softmax import plan_softmax  # noqa: E402
 from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
+from kernels.softmax_split_row_kernels import _cluster_barrier  # noqa: E402
 from probe_any_n import probe_shape  # noqa: E402
 
 MAX_CLUSTER = 16
 PORTABLE_CLUSTER = 8
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute in cuda.h
-
-
-@triton.jit
-def _cluster_barrier(value):
-    # Every thread of every program of the cluster arrives (release) and waits (acquire); the result is 0 and
-    # depends on the barrier, so loads whose address adds it cannot be issued before the barrier completes.
-    return tl.inline_asm_elementwise(
-        "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n\tmov.u32 $0, 0;",
-        "=r,r", [value], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit

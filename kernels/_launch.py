@@ -128,7 +128,8 @@ def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, scalars: 
 
 def launch_in_clusters(kernel, grid: Sequence[int], args: Sequence, cluster: int, **meta) -> None:
     """One launch of `kernel[grid](*args, **meta)` in clusters of `cluster` programs (see bind)."""
-    bind(kernel, grid, args, varying=len(args), cluster=cluster, **meta)(*args)
+    tensors = next((i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)), len(args))
+    bind(kernel, grid, args, varying=tensors, cluster=cluster, **meta)(*args[:tensors])
 
 
 def _cluster_launcher(kernel, grid: tuple, args: Sequence, varying: int, scalars: int, cluster: int,

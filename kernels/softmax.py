@@ -158,9 +158,9 @@ def _bwd_launch(y: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, plan: Softm
             BLOCK_N=plan.block_n, TAIL_N=plan.tail_n, ROWS_PER_PROGRAM=plan.rows_per_program, num_warps=warps)
     if plan.impl == "split_row":
         ws = workspace(y.device, n_rows, (n_rows * plan.splits,))
-        clustered = dict(CLUSTER=True) if plan.cluster else {}
         return _softmax_bwd_split_row_kernel, grid, (y, dy, dx, *ws, n_cols, plan.splits, *strides), dict(
-            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, **edges, **clustered)
+            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, CLUSTER=plan.cluster,
+            **edges)
     return _softmax_bwd_online_kernel, grid, (y, dy, dx, n_cols, *strides), dict(BLOCK_N=plan.block_n, num_warps=warps)
 
 

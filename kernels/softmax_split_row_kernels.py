@@ -57,7 +57,7 @@ def _cluster_barrier(value):
     # Every thread of every program of the cluster arrives (release) and waits (acquire). Returns 0, computed
     # after the wait from `value`, so an address that adds it is not loaded before the barrier.
     return tl.inline_asm_elementwise(
-        "barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n\tmov.u32 $0, 0;",
+        "barrier.cluster.arrive.aligned; barrier.cluster.wait.aligned; mov.u32 $0, 0;",
         "=r,r", [value], dtype=tl.int32, is_pure=False, pack=1)
 
 

@@ -32,7 +32,8 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kernels.softmax import plan_softmax  # noqa: E402
+from kernels.softmax import plan_softmax, softmax_bwd  # noqa: E402
+from kernels.softmax_plan import SoftmaxPlan  # noqa: E402
 from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
 from kernels.softmax_split_row_kernels import _cluster_barrier  # noqa: E402
 from probe_any_n import probe_shape  # noqa: E402
@@ -90,42 +91,6 @@ def _fwd_cluster_kernel(x_ptr, y_ptr, part_m_ptr, part_d_ptr, n_cols, x_row_stri
         tl.store(y_row + edge, (e_edge * scale).to(y_ptr.dtype.element_ty), mask=edge_in)
 
 
-@triton.jit
-def _bwd_cluster_kernel(y_ptr, dy_ptr, dx_ptr, part_ptr, n_cols, row_stride,
-                        BLOCK_N: tl.constexpr, CLUSTER: tl.constexpr, CLUSTER_POW2: tl.constexpr,
-                        EDGES: tl.constexpr, VEC: tl.constexpr):
-    # y, dy and dx share one row stride (contiguous probe inputs), so one cut serves the three.
-    pid = tl.program_id(0)
-    row = pid // CLUSTER
-    part = pid % CLUSTER
-    row64 = row.to(tl.int64)
-    if EDGES:
-        start, head, n_main = _row_cut(row64, row_stride, n_cols, VEC)
-        offset = tl.multiple_of(start + head, VEC)
-    else:
-        n_main = n_cols
-        offset = row64 * row_stride
-    cols = part * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < n_main
-    y = tl.load(y_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
-    dy = tl.load(dy_ptr + offset + cols, mask=mask, other=0.0).to(tl.float32)
-    partial = tl.sum(y * dy, axis=0)
-    if EDGES:
-        edge, edge_in = _edge_offsets(head, n_main, n_cols, VEC)
-        edge_in = edge_in & (part == 0)
-        y_edge = tl.load(y_ptr + offset + edge, mask=edge_in, other=0.0).to(tl.float32)
-        dy_edge = tl.load(dy_ptr + offset + edge, mask=edge_in, other=0.0).to(tl.float32)
-        partial += tl.sum(y_edge * dy_edge, axis=0)
-    tl.store(part_ptr + pid, partial)
-    zero = _cluster_barrier(pid)
-    slot = tl.arange(0, CLUSTER_POW2)
-    dot = tl.sum(tl.load(part_ptr + row * CLUSTER + zero + slot, mask=slot < CLUSTER, other=0.0,
-                         cache_modifier=".cg"), axis=0)
-    tl.store(dx_ptr + offset + cols, (y * (dy - dot)).to(dx_ptr.dtype.element_ty), mask=mask)
-    if EDGES:
-        tl.store(dx_ptr + offset + edge, (y_edge * (dy_edge - dot)).to(dx_ptr.dtype.element_ty), mask=edge_in)
-
-
 def cluster_launcher(kernel, rows: int, cluster: int, args: tuple, **meta):
     """Compile `kernel` for one CTA over rows*cluster programs, and return a function that launches it with
     clusters of `cluster` programs through the compiled kernel's own launcher (which sets the cluster
@@ -172,19 +137,12 @@ def cluster_forward(x: torch.Tensor, cluster: int, block_n: int, warps: int):
 
 
 def cluster_backward(y: torch.Tensor, dy: torch.Tensor, cluster: int, block_n: int, warps: int):
+    """The lab's split-row backward with the row's slices as one cluster (SoftmaxPlan.cluster), at these
+    settings."""
     m, n = y.shape
+    plan = SoftmaxPlan("split_row", block_n, 1, warps, m * cluster, cluster, edges=_edges(y), cluster=True)
     dx = torch.empty_like(y)
-    parts = torch.empty(m * cluster, device=y.device, dtype=torch.float32)
-    meta = dict(BLOCK_N=block_n, CLUSTER=cluster, CLUSTER_POW2=max(2, 1 << (cluster - 1).bit_length()),
-                EDGES=_edges(y), VEC=16 // y.element_size(), num_warps=warps)
-    args = (y, dy, dx, parts, n, y.stride(0))
-    launch = cluster_launcher(_bwd_cluster_kernel, m, cluster, args, **meta)
-
-    def run():
-        launch(*args)
-        return dx
-
-    return run
+    return lambda: softmax_bwd(y, dy, plan, out=dx)
 
 
 ROUND12_SLICES = ((2048, 2), (4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16))

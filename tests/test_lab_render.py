@@ -285,3 +285,107 @@ def test_both_clocks_reach_the_card_the_side_by_side_and_the_history():
     assert "kl-badge--rejected" in rows[-1] and "superseded" in rows[-1], "the older run's own verdict is kept"
     assert history.count(", Eager call (1 run)") == 1
     assert "#### NVIDIA Test GPU A · Eager call" in page and "GPU time only: this run was recorded before" in page
+
+
+# ---- TFLOP/s beside the time on multi-point pages of experiments with a FLOP model ------------------------
+
+FLOPS = 3_000_000_000
+
+
+def _flops_evidence(flop_model: bool):
+    """Three points on one GPU, both clocks: c1 and c2 carry a FLOP count (when `flop_model`), c3 none."""
+    from dataclasses import replace as swap
+
+    import lab_synthetic as syn
+
+    from experiments.spec import Case
+    from lab.evidence.records import EagerMethod, EagerResult
+    from lab.evidence.stats import summarize
+
+    def tflops(flops, ms):  # what the runner records: FLOPs over the median time
+        return flops / (ms * 1e-3) / 1e12 if flops is not None else None
+
+    def eager(ms, flops):
+        s = summarize([ms] * 12)
+        return EagerResult(tuple([ms] * 12), tuple([ms / 2] * 12), 50, s.p20, s.p50, s.p80, ms / 2,
+                           128 / (ms * 1e-3) / 1e9, None, tflops(flops, ms))
+
+    def result(ms, eager_ms, flops):
+        return swap(syn.timed([ms] * 30, tflops=tflops(flops, ms)), eager=eager(eager_ms, flops))
+
+    cases = {"c1": (0.5, 0.75, 2.0, 2.5), "c2": (2.0, 2.5, 4.0, 4.5), "c3": (1.0, 1.25, 2.0, 2.5)}
+    flops_of = {"c1": FLOPS, "c2": 2 * FLOPS, "c3": None} if flop_model else dict.fromkeys(cases)
+    experiment = syn.experiment(slug="flop-sweep")
+    experiment = swap(experiment, cases=tuple(Case(c, {"M": 2, "N": 8}) for c in cases),
+                      flops=(lambda case, dtype: flops_of[case.name]) if flop_model else None)
+    points = [swap(syn.point({"subject": result(s, se, flops_of[c]), "base": result(b, be, flops_of[c])}, case=c),
+                   flops=flops_of[c])
+              for c, (s, b, se, be) in cases.items()]
+    hashes = {"kernels/k.py": "a" * 64}
+    method = EagerMethod("host clock", 1 << 20, 1, 12, 0.004, 10, 1000, 64)
+    run = swap(syn.run(points, slug=experiment.slug, hashes=hashes), eager=method)
+    with __import__("tempfile").TemporaryDirectory() as folder:
+        from lab.evidence.store import write_record
+
+        write_record(run, Path(folder))
+        evidence = collect_evidence({experiment.slug: experiment}, (), Path(folder), {experiment.slug: hashes})
+    return experiment, evidence, cases, flops_of
+
+
+def _table(page: str, header_start: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The header cells and the rows (by case) of the first table whose header begins `header_start`."""
+    lines = page.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells
+    return header, rows
+
+
+def test_a_sweep_with_a_flop_model_shows_tflops_beside_each_time():
+    from lab.publish import formatting as fmt
+
+    experiment, evidence, cases, flops_of = _flops_evidence(flop_model=True)
+    page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
+
+    header, rows = _table(page, "| Case | `subject` µs |")
+    assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "TFLOP/s", "Best baseline, µs", "its TFLOP/s",
+                      "Speedup [95% CI]", "Word"]
+    assert sorted(rows) == sorted(cases)
+    for case, (subject_ms, base_ms, _, _) in cases.items():
+        row = rows[case]
+        assert row[1] == fmt.latency_us(subject_ms) and row[4] == f"`base` {fmt.latency_us(base_ms)}"
+        flops = flops_of[case]
+        if flops is None:
+            assert row[3] == row[5] == fmt.DASH, "a point without a FLOP count shows a dash"
+            continue
+        for cell, ms in ((row[3], subject_ms), (row[5], base_ms)):
+            assert cell == fmt.tflops(flops / (ms * 1e-3) / 1e12)
+            assert float(cell) == pytest.approx(flops / (ms * 1e-3) / 1e12, rel=5e-3)
+    assert rows["c1"][3] == "6.00" and rows["c2"][5] == "2.40", "FLOPs over the median time, in TFLOP/s"
+
+    header, rows = _table(page, "| Case | Dtype | `subject` eager µs |")
+    assert header == ["Case", "Dtype", "`subject` eager µs", "its host µs", "its GB/s", "its TFLOP/s",
+                      "Best baseline, eager µs", "its host µs", "its TFLOP/s", "Speedup [95% CI]", "Word"]
+    for case, (_, _, subject_ms, base_ms) in cases.items():
+        row = rows[case]
+        assert row[2] == fmt.latency_us(subject_ms) and row[6] == f"`base` {fmt.latency_us(base_ms)}"
+        flops = flops_of[case]
+        expected = [fmt.DASH] * 2 if flops is None else [fmt.tflops(flops / (ms * 1e-3) / 1e12)
+                                                         for ms in (subject_ms, base_ms)]
+        assert [row[5], row[8]] == expected
+
+
+def test_a_sweep_without_a_flop_model_has_no_tflops_column():
+    experiment, evidence, _, _ = _flops_evidence(flop_model=False)
+    page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
+    header, rows = _table(page, "| Case | `subject` µs |")
+    assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
+    assert len(rows) == 3
+    header, _ = _table(page, "| Case | Dtype | `subject` eager µs |")
+    assert "its TFLOP/s" not in header
+    assert "TFLOP/s" not in page

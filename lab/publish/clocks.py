@@ -38,9 +38,11 @@ def eager_section(experiment: Experiment, verdict: Verdict | None) -> dict | Non
             "subject": _eager_cell(subject),
             "subject_host": _host_cell(subject),
             "subject_gbps": fmt.gbps(subject.eager.gbps) if subject and subject.eager else fmt.DASH,
+            "subject_tflops": fmt.point_tflops(point.flops, _eager_tflops(subject)),
             "baseline": code(j.baseline) if j is not None and j.baseline else fmt.DASH,
             "baseline_eager": _eager_cell(base),
             "baseline_host": _host_cell(base),
+            "baseline_tflops": fmt.point_tflops(point.flops, _eager_tflops(base)),
             "speedup": (compose("{} {}", fmt.ratio(j.speedup.ratio), fmt.interval(j.speedup.low, j.speedup.high))
                         if j is not None and j.speedup else fmt.DASH),
             "word": badges.word(j.word, j.reason) if j is not None else fmt.DASH,
@@ -57,6 +59,7 @@ def eager_section(experiment: Experiment, verdict: Verdict | None) -> dict | Non
         "summary": verdict.summary,
         "method": _method_text(run),
         "rows": rows,
+        "has_flops": any(p.flops for p in run.points),
         "names": names,
         "matrix": matrix,
     }
@@ -70,6 +73,11 @@ def _eager_cell(result) -> str:
     if result.eager.error:
         return compose("error: {}", result.eager.error)
     return fmt.latency_us(result.eager.p50_ms)
+
+
+def _eager_tflops(result) -> float | None:
+    """The recorded TFLOP/s on the eager-call clock (None where the profile has no eager time)."""
+    return result.eager.tflops if result is not None and result.eager is not None else None
 
 
 def _host_cell(result) -> str:

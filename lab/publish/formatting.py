@@ -51,6 +51,11 @@ def tflops(value: float | None) -> str:
     return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
+def point_tflops(flops: int | None, value: float | None) -> str:
+    """A result's recorded TFLOP/s at a point: a dash where the point has no FLOP count (nothing to divide)."""
+    return tflops(value) if flops else DASH
+
+
 def ratio(value: float | None) -> str:
     return DASH if value is None else f"{value:.3f}×"
 

@@ -108,7 +108,7 @@ def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgemen
             "range": fmt.latency_range_us(result.p20_ms, result.p80_ms),
             "gbps": fmt.gbps(result.gbps),
             "pct": fmt.percent(result.pct_of_ceiling),
-            "tflops": fmt.tflops(result.tflops),
+            "tflops": fmt.point_tflops(point.flops, result.tflops),
             "speedup": speedup,
             "error": fmt.rel_error(result.rel_error),
             "samples": len(result.samples_ms),
@@ -129,8 +129,10 @@ def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cp
             "subject_p50": fmt.latency_us(result.p50_ms) if result else fmt.DASH,
             "subject_gbps": fmt.gbps(result.gbps) if result else fmt.DASH,
             "subject_pct": fmt.percent(result.pct_of_ceiling) if result else fmt.DASH,
+            "subject_tflops": fmt.point_tflops(point.flops, result.tflops if result else None),
             "subject_status": _status_cell(result) if result else "absent",
             "baseline_p50": fmt.latency_us(base.p50_ms) if base else fmt.DASH,
+            "baseline_tflops": fmt.point_tflops(point.flops, base.tflops if base else None),
             **_judgement_row(j, cpu),
         })
     return rows

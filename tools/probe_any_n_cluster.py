@@ -11,14 +11,14 @@ slice writes its partials to its own slot, meets the others at the barrier, then
 
 Triton 3.6 does not compile `num_ctas` > 1 for these kernels (its CTA planning and its reductions assume a
 block held by one CTA; the reduction's lowering asserts `isReduceWithinCTA`), so the kernels here are
-compiled for one CTA and launched by the compiled kernel's own launcher with a cluster size in its packed
-metadata: that launcher sets the cluster dimension and multiplies the grid by it. The barrier is inline PTX.
+compiled for one CTA and launched in clusters by kernels/_launch.py's bind(cluster=...), which hands the
+compiled kernel's own launcher the cluster size. The barrier is the lab's (inline PTX); the backward
+candidates are the lab's clustered split-row backward at other settings.
 The cluster size need not be a power of two (a row of 21,439 lanes can be 3 slices of 8192).
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import sys
@@ -32,15 +32,13 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from kernels._launch import MAX_CLUSTER, bind  # noqa: E402
 from kernels.softmax import plan_softmax, softmax_bwd  # noqa: E402
 from kernels.softmax_plan import SoftmaxPlan  # noqa: E402
 from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
 from kernels.softmax_split_row_kernels import _cluster_barrier  # noqa: E402
 from probe_any_n import probe_shape  # noqa: E402
 
-MAX_CLUSTER = 16
-PORTABLE_CLUSTER = 8
-_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CUfunction_attribute in cuda.h
 
 
 @triton.jit
@@ -91,30 +89,6 @@ def _fwd_cluster_kernel(x_ptr, y_ptr, part_m_ptr, part_d_ptr, n_cols, x_row_stri
         tl.store(y_row + edge, (e_edge * scale).to(y_ptr.dtype.element_ty), mask=edge_in)
 
 
-def cluster_launcher(kernel, rows: int, cluster: int, args: tuple, **meta):
-    """Compile `kernel` for one CTA over rows*cluster programs, and return a function that launches it with
-    clusters of `cluster` programs through the compiled kernel's own launcher (which sets the cluster
-    dimension from the packed metadata and multiplies grid x by it)."""
-    if not 1 <= cluster <= MAX_CLUSTER:
-        raise ValueError(f"cluster must be 1-{MAX_CLUSTER}, got {cluster}")
-    compiled = kernel.warmup(*args, grid=(rows * cluster,), **meta)
-    run = compiled.run  # loads the binary, so compiled.function is set
-    if cluster > PORTABLE_CLUSTER:  # Triton's launcher allows it only at 16; the driver needs it for 9-15 too
-        status = ctypes.CDLL("libcuda.so.1").cuFuncSetAttribute(
-            ctypes.c_void_p(compiled.function), ctypes.c_int(_NON_PORTABLE_CLUSTER_SIZE_ALLOWED), ctypes.c_int(1))
-        if status != 0:
-            raise RuntimeError(f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED) returned {status}")
-    packed = (compiled.metadata.num_warps, cluster, compiled.metadata.shared)
-    tail = tuple(meta[p.name] for p in kernel.params[len(args):] if p.name in meta)
-
-    def launch(*tensors_and_ints):
-        stream = torch.cuda.current_stream().cuda_stream
-        values = tuple(a.data_ptr() if isinstance(a, torch.Tensor) else a for a in tensors_and_ints)
-        run(rows, 1, 1, stream, compiled.function, packed, None, None, None, *values, *tail)
-
-    return launch
-
-
 def _edges(x: torch.Tensor) -> bool:
     return x.shape[1] % 16 != 0 or x.stride(0) % 16 != 0
 
@@ -127,10 +101,10 @@ def cluster_forward(x: torch.Tensor, cluster: int, block_n: int, warps: int):
     meta = dict(BLOCK_N=block_n, CLUSTER=cluster, CLUSTER_POW2=max(2, 1 << (cluster - 1).bit_length()),
                 EDGES=_edges(x), VEC=vec, num_warps=warps)
     args = (x, y, parts[0], parts[1], n, x.stride(0), y.stride(0))
-    launch = cluster_launcher(_fwd_cluster_kernel, m, cluster, args, **meta)
+    launch = bind(_fwd_cluster_kernel, (m * cluster,), args, varying=4, cluster=cluster, **meta)
 
     def run():
-        launch(*args)
+        launch(*args[:4])
         return y
 
     return run

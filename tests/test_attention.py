@@ -75,11 +75,11 @@ def _inputs(shape, dtype, device, gen, q_scale=1.0):
     return q, k, v
 
 
-def _torch_math(q, k, v, causal, do=None):
+def _torch_math(q, k, v, causal, do=None, key_mask=None):
     """torch's SDPA math path in the inputs' dtype (and its gradients when `do` is given); rows that see no
     key come out as zeros, as the lab defines them (torch gives NaN there)."""
     leaves = [t.detach().clone().requires_grad_(do is not None) for t in (q, k, v)]
-    mask = reference.causal_visible(q.shape[2], k.shape[2], q.device) if causal else None
+    mask = reference.visible_keys(q.shape[2], k.shape[2], causal, key_mask, q.device)
     with sdpa_kernel(SDPBackend.MATH):
         o = F.scaled_dot_product_attention(*leaves, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
     if do is None:
@@ -88,23 +88,24 @@ def _torch_math(q, k, v, causal, do=None):
     return tuple(torch.nan_to_num(t.grad, nan=0.0) for t in leaves)
 
 
-def _check_forward(o, lse, q, k, v, causal, scale=None):
+def _check_forward(o, lse, q, k, v, causal, scale=None, key_mask=None):
     assert o.shape == q.shape and o.dtype == q.dtype and lse.dtype == torch.float32
     assert not torch.isnan(o).any() and not torch.isnan(lse).any(), "an output is NaN (unwritten?)"
-    ref, ref_lse = reference.attention_reference(q.double(), k.double(), v.double(), causal, scale, return_lse=True)
+    ref, ref_lse = reference.attention_reference(q.double(), k.double(), v.double(), causal, scale, return_lse=True,
+                                                 key_mask=key_mask)
     err = rel_err(o, ref)
     assert err <= BOUNDS[q.dtype][0], f"relative error {err:.3e}"
     if scale is None:
-        theirs = reference_error(_torch_math(q, k, v, causal), ref, q.dtype)
+        theirs = reference_error(_torch_math(q, k, v, causal, key_mask=key_mask), ref, q.dtype)
         assert err <= TORCH_FACTOR * theirs, f"{err:.3e} against torch's {theirs:.3e}"
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)) and (lse[torch.isinf(lse)] < 0).all()
     finite = torch.isfinite(ref_lse)
     assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=0, atol=LSE_ATOL)
 
 
-def _check_backward(grads, q, k, v, do, causal, scale=None):
-    expected = reference.attention_backward_float64(q, k, v, do, causal, scale)
-    theirs = _torch_math(q, k, v, causal, do) if scale is None else None
+def _check_backward(grads, q, k, v, do, causal, scale=None, key_mask=None):
+    expected = reference.attention_backward_float64(q, k, v, do, causal, scale, key_mask=key_mask)
+    theirs = _torch_math(q, k, v, causal, do, key_mask) if scale is None else None
     for name, got, ref, i in zip("qkv", grads, expected, range(3)):
         assert got.shape == ref.shape and got.dtype == q.dtype, name
         assert not torch.isnan(got).any(), f"d{name} holds NaN"
@@ -381,9 +382,9 @@ def test_the_public_function_runs_the_planned_tiles(device, gen, monkeypatch):
 
     seen = []
     real = module.attention_fwd
-    def spy(q, k, v, causal, scale, plan=None):
+    def spy(q, k, v, causal, scale, plan=None, **kw):
         seen.append(plan)
-        return real(q, k, v, causal, scale, plan)
+        return real(q, k, v, causal, scale, plan, **kw)
 
     monkeypatch.setattr(module, "attention_fwd", spy)
     q, k, v = _inputs((1, 1, 1, 20, 20, 64), torch.float16, device, gen)

@@ -1,7 +1,12 @@
 """Profiles, inputs, byte and FLOP models shared by the attention experiments (not an experiment itself).
 
-Every point holds B·S = 16,384 tokens and H·D = 2,048 (the shapes of the SDPA anchors): S from 1,024 to
-16,384 plus a ragged 3,000 (B = 5, 15,000 tokens), D = 64 (H = 32) and 128 (H = 16), causal and not.
+Every point holds B·S = 16,384 tokens and H·D = 2,048 (the shapes of the SDPA anchors): S from 512 to
+16,384 plus a ragged 3,000 (B = 5, 15,000 tokens), D = 64 (H = 32) and 128 (H = 16), causal and not, with
+as many key/value heads as query heads; then grouped-query cases (D = 128, 16 query heads over Hkv = 4
+key/value heads, so each K/V head serves 4 query heads) at S = 2,048, 8,192 and 16,384, causal and not.
+Every profile takes the grouped heads as they are: the lab's kernel and torch's SDPA (enable_gqa=True) read
+the Hkv heads, the unfused reference repeats them to H before its products. A case's shape names Hkv only
+where it differs from H; the models read a missing Hkv as H (older records' shapes).
 
 Correctness at every size, large ones included: the runner compares each profile's whole output (every
 query row of every head; in the backward each of dQ, dK and dV, the worst part counting) with a float64
@@ -21,15 +26,18 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from experiments.spec import Case, Profile
+from experiments.spec import Case, PointColumn, Profile
 from kernels import reference_attention as reference
 from kernels.attention import attention, plan_attention, plan_attention_backward
 
 TOKENS = 16384
 WIDTH = 2048  # H·D
-SEQS = (1024, 2048, 3000, 4096, 8192, 16384)
+SEQS = (512, 1024, 2048, 3000, 4096, 8192, 16384)
 HEAD_DIMS = (128, 64)
-ATTENTION_SOURCES = ("kernels/attention.py", "kernels/_checks.py")
+# Grouped-query cases: head dim (so H = WIDTH // 128 = 16 query heads), key/value heads, sequence lengths.
+GQA_HEAD_DIM, GQA_KV_HEADS = 128, 4
+GQA_SEQS = (2048, 8192, 16384)
+ATTENTION_SOURCES = ("kernels/attention.py", "kernels/attention_kernels.py", "kernels/_checks.py")
 REFERENCE_SOURCES = ("kernels/reference_attention.py",)
 
 # The unfused path's scores, bytes per score: S in bf16, S and P in fp32, P in bf16 (attention_reference)
@@ -55,6 +63,11 @@ def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
+def kv_heads(case: Case) -> int:
+    """Hkv, the key/value heads (H where the shape does not name it)."""
+    return case.shape.get("Hkv", case["H"])
+
+
 def scores(case: Case) -> int:
     """B·H·S²: the scores the unfused path materialises (all of them, causal or not)."""
     return case["B"] * case["H"] * case["S"] ** 2
@@ -64,22 +77,28 @@ def unfused_bytes(case: Case, direction: str) -> int:
     return scores(case) * UNFUSED_SCORE_BYTES[direction]
 
 
+def _case(seq: int, head_dim: int, causal: bool, kv: int | None = None) -> Case:
+    """The point at S = seq: B·S = TOKENS (rounded), H·D = WIDTH; kv key/value heads (None: H)."""
+    batch, heads = max(1, round(TOKENS / seq)), WIDTH // head_dim
+    shape = {"B": batch, "H": heads, **({"Hkv": kv} if kv is not None else {}), "S": seq, "D": head_dim,
+             "causal": int(causal)}
+    group = "" if kv is None else f"-h{heads}kv{kv}"
+    case = Case(f"d{head_dim}{group}-{'causal' if causal else 'full'}-s{seq}", shape)
+    return Case(case.name, case.shape, _describe(case))
+
+
 def cases() -> tuple[Case, ...]:
-    out = []
-    for head_dim in HEAD_DIMS:
-        for causal in (False, True):
-            for seq in SEQS:
-                batch, heads = max(1, round(TOKENS / seq)), WIDTH // head_dim
-                case = Case(f"d{head_dim}-{'causal' if causal else 'full'}-s{seq}",
-                            {"B": batch, "H": heads, "S": seq, "D": head_dim, "causal": int(causal)})
-                out.append(Case(case.name, case.shape, _describe(case)))
+    out = [_case(seq, head_dim, causal) for head_dim in HEAD_DIMS for causal in (False, True) for seq in SEQS]
+    out += [_case(seq, GQA_HEAD_DIM, causal, GQA_KV_HEADS) for causal in (False, True) for seq in GQA_SEQS]
     return tuple(out)
 
 
 def _describe(case: Case) -> str:
     tokens = case["B"] * case["S"]
     mask = "causal (key j ≤ query i)" if case["causal"] else "every key"
-    return (f"{tokens:,} tokens, {mask}; the unfused path's {scores(case):,} scores take "
+    heads = "" if kv_heads(case) == case["H"] else (
+        f", grouped-query: {case['H']} query heads over {kv_heads(case)} key/value heads")
+    return (f"{tokens:,} tokens, {mask}{heads}; the unfused path's {scores(case):,} scores take "
             f"{unfused_bytes(case, 'forward') / 2**30:.1f} GiB in the forward, "
             f"{unfused_bytes(case, 'backward') / 2**30:.1f} GiB in the backward")
 
@@ -95,16 +114,23 @@ def backward_flops(case: Case, dtype: torch.dtype) -> int:
     return 5 * flops(case, dtype) // 2
 
 
+def _rows(case: Case) -> tuple[int, int]:
+    """(B·H·S, B·Hkv·S): the query heads' rows and the key/value heads' rows."""
+    return case["B"] * case["H"] * case["S"], case["B"] * kv_heads(case) * case["S"]
+
+
 def forward_bytes(case: Case, dtype: torch.dtype) -> int:
-    """The least a fused forward moves: Q, K, V read once, O written once, the fp32 lse written."""
-    tokens = case["B"] * case["H"] * case["S"]
-    return 4 * tokens * case["D"] * element_size(dtype) + 4 * tokens
+    """The least a fused forward moves: Q, K, V read once, O written once, the fp32 lse written; K and V
+    at the case's key/value heads."""
+    rows, kv_rows = _rows(case)
+    return (2 * rows + 2 * kv_rows) * case["D"] * element_size(dtype) + 4 * rows
 
 
 def backward_bytes(case: Case, dtype: torch.dtype) -> int:
-    """The least a fused backward moves: Q, K, V, O, dO and lse read once; dQ, dK, dV written once."""
-    tokens = case["B"] * case["H"] * case["S"]
-    return 8 * tokens * case["D"] * element_size(dtype) + 4 * tokens
+    """The least a fused backward moves: Q, K, V, O, dO and lse read once; dQ, dK, dV written once; K, V, dK
+    and dV at the case's key/value heads."""
+    rows, kv_rows = _rows(case)
+    return (4 * rows + 4 * kv_rows) * case["D"] * element_size(dtype) + 4 * rows
 
 
 def _draw(shape, dtype, device, gen):
@@ -112,9 +138,11 @@ def _draw(shape, dtype, device, gen):
 
 
 def forward_inputs(case: Case, dtype: torch.dtype, device: str, gen: torch.Generator):
-    """q, k, v ~ N(0, 1) of shape (B, H, S, D); `causal` a CPU bool the profiles read without a device sync."""
-    shape = (case["B"], case["H"], case["S"], case["D"])
-    inputs = {name: _draw(shape, dtype, device, gen) for name in ("q", "k", "v")}
+    """q ~ N(0, 1) of shape (B, H, S, D), k and v of shape (B, Hkv, S, D); `causal` a CPU bool the profiles
+    read without a device sync."""
+    q_shape = (case["B"], case["H"], case["S"], case["D"])
+    kv_shape = (case["B"], kv_heads(case), case["S"], case["D"])
+    inputs = {name: _draw(q_shape if name == "q" else kv_shape, dtype, device, gen) for name in ("q", "k", "v")}
     inputs["causal"] = torch.tensor(bool(case["causal"]))
     return inputs
 
@@ -144,7 +172,7 @@ def _lab(q, k, v, causal):
 def _sdpa(backend: SDPBackend):
     def run(q, k, v, causal):
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
 
     return run
 
@@ -156,12 +184,15 @@ IMPLEMENTATIONS = {
     "unfused": reference.attention_reference,
 }
 DESCRIPTIONS = {
-    "triton-fused": "the lab's fused attention (kernels/attention.py): online softmax over key tiles, fixed tiles",
-    "sdpa-cudnn": "torch's scaled_dot_product_attention pinned to the cuDNN backend",
-    "sdpa-flash": "torch's scaled_dot_product_attention pinned to the FlashAttention-2 backend",
-    "sdpa-efficient": "torch's scaled_dot_product_attention pinned to the memory-efficient backend",
-    "torch.compile": "the unfused reference (QKᵀ → mask → softmax in fp32 → PV) through torch.compile",
-    "unfused": "the unfused reference in eager PyTorch: every score written and read back",
+    "triton-fused": "the lab's fused attention (kernels/attention.py): online softmax over key tiles, fixed tiles; "
+                    "grouped heads read their shared K/V head",
+    **{name: f"torch's scaled_dot_product_attention pinned to the {backend} backend; enable_gqa=True on the "
+              "grouped-query cases" for name, backend in (("sdpa-cudnn", "cuDNN"), ("sdpa-flash", "FlashAttention-2"),
+                                                          ("sdpa-efficient", "memory-efficient"))},
+    "torch.compile": "the unfused reference (QKᵀ → mask → softmax in fp32 → PV) through torch.compile; grouped "
+                     "K/V heads repeated to the query heads first",
+    "unfused": "the unfused reference in eager PyTorch: every score written and read back; grouped K/V heads "
+               "repeated to the query heads first",
 }
 
 
@@ -198,14 +229,16 @@ def _device() -> str:
 
 
 @functools.cache
-def _sdpa_refusal(name: str, head_dim: int, dtype: torch.dtype, causal: bool, backward: bool) -> str | None:
-    """Why torch's backend `name` cannot run this head_dim, dtype and mask (it is asked on a 128-token
-    input), or None."""
-    q = torch.zeros(1, 1, 128, head_dim, dtype=dtype, device=_device(), requires_grad=backward)
+def _sdpa_refusal(name: str, head_dim: int, dtype: torch.dtype, causal: bool, backward: bool,
+                  group: int = 1) -> str | None:
+    """Why torch's backend `name` cannot run this head_dim, dtype and mask with `group` query heads to a
+    key/value head (it is asked on a 128-token input, enable_gqa=True where group > 1), or None."""
+    q = torch.zeros(1, group, 128, head_dim, dtype=dtype, device=_device(), requires_grad=backward)
+    kv = torch.zeros(1, 1, 128, head_dim, dtype=dtype, device=_device(), requires_grad=backward)
     with warnings.catch_warnings(record=True) as caught:  # torch says why a backend declines in warnings
         warnings.simplefilter("always")
         try:
-            out = _sdpa(SDPA_BACKENDS[name])(q, q, q, causal)
+            out = _sdpa(SDPA_BACKENDS[name])(q, kv, kv, causal)
             if backward:
                 out.sum().backward()
         except RuntimeError as exc:
@@ -216,7 +249,10 @@ def _sdpa_refusal(name: str, head_dim: int, dtype: torch.dtype, causal: bool, ba
 
 def _sdpa_unsupported(name: str, backward: bool):
     def reason(case: Case, dtype: torch.dtype) -> str | None:
-        return _sdpa_refusal(name, case["D"], dtype, bool(case["causal"]), backward)
+        heads, kv = case["H"], kv_heads(case)
+        if kv < 1 or heads % kv:
+            return f"{heads} query heads do not share {kv} key/value heads evenly"
+        return _sdpa_refusal(name, case["D"], dtype, bool(case["causal"]), backward, heads // kv)
 
     return reason
 
@@ -257,3 +293,24 @@ def profiles(direction: str) -> tuple[Profile, ...]:
         out.append(Profile(name, what(name), run(name), REFERENCE_SOURCES,
                            unsupported=_unfused_unsupported(direction)))
     return tuple(out)
+
+
+# ---- the points tables' columns -----------------------------------------------------------------------------
+
+
+def point_columns(direction: str) -> tuple[PointColumn, ...]:
+    """The unfused path's score bytes beside the fused byte model, at every point of the pages' tables."""
+    per_score = UNFUSED_SCORE_BYTES[direction]
+    copies = ("S in bf16, S and P in fp32, P in bf16" if direction == "forward" else
+              "the forward's four copies and their four gradients")
+    fused = ("Q, K and V read once, O and the fp32 lse written" if direction == "forward" else
+             "Q, K, V, O, dO and the fp32 lse read once, dQ, dK and dV written once")
+    return (
+        PointColumn("Unfused S² bytes",
+                    f"what the unfused path's B·H·S² scores take, {per_score} bytes a score ({copies}), each "
+                    "written once and read back; from the point's shape, whether the unfused profiles ran or "
+                    "declined it", value=lambda case, dtype: unfused_bytes(case, direction)),
+        PointColumn("Fused bytes",
+                    f"the byte model as recorded with the point, the least a fused kernel moves ({fused}; K and V "
+                    "at the key/value heads), the bytes the GB/s column divides"),
+    )

@@ -10,9 +10,10 @@ EXPERIMENT = Experiment(
     slug="attention-fwd",
     title="Fused attention: forward",
     question=(
-        "At B·S = 16,384 tokens and H·D = 2,048 (bfloat16), over S = 1,024 … 16,384 and a ragged 3,000, head dims "
-        "64 and 128, causal and not, is the lab's fused attention forward at least as fast as the best of torch's "
-        "SDPA backends (cuDNN, FlashAttention-2, memory-efficient) and the compiled unfused path?"
+        "At B·S = 16,384 tokens and H·D = 2,048 (bfloat16), over S = 512 … 16,384 and a ragged 3,000, head dims "
+        "64 and 128, causal and not, and grouped-query heads (16 query heads over 4 key/value heads, head dim 128), "
+        "is the lab's fused attention forward at least as fast as the best of torch's SDPA backends (cuDNN, "
+        "FlashAttention-2, memory-efficient) and the compiled unfused path?"
     ),
     focus="Attention forward",
     why=(
@@ -38,19 +39,23 @@ EXPERIMENT = Experiment(
     reference=at.forward_reference,
     bytes_moved=at.forward_bytes,
     byte_model=(
-        "forward: 4·B·H·S·D·size + 4·B·H·S bytes (Q, K and V read once, O written once, the fp32 lse written): "
-        "the least a fused kernel moves. The unfused path also writes and reads its B·H·S² scores, 12 bytes a "
-        "score (S in bf16, S and P in fp32, P in bf16); each case's description gives that count"
+        "forward: (2·B·H·S·D + 2·B·Hkv·S·D)·size + 4·B·H·S bytes (Q read once, K and V read once at their Hkv "
+        "key/value heads, O written once, the fp32 lse written): the least a fused kernel moves; Hkv = H except in "
+        "the grouped-query cases. The unfused path also writes and reads its B·H·S² scores, 12 bytes a score (S in "
+        "bf16, S and P in fp32, P in bf16); the points tables give those bytes beside the fused ones at every point"
     ),
     flops=at.flops,
     metrics=("latency", "throughput", "tflops"),
     evidence_boundary=(
         "Forward only, bfloat16, no dropout, no attention mask other than causal, equal query and key lengths, "
-        "as many key/value heads as query heads, contiguous (B, H, S, D) inputs; each GPU model judged on its own, L2 flushed before "
-        "every call. TFLOP/s counts 4·B·H·S²·D, halved when causal, whatever an implementation computes. GB/s is "
+        "as many key/value heads as query heads except in the grouped-query cases (16 over 4, where the SDPA "
+        "backends run with enable_gqa=True and one that refuses it is marked unsupported with torch's reason, and "
+        "the unfused paths repeat K and V to 16 heads), contiguous (B, H, S, D) inputs; each GPU model judged on "
+        "its own, L2 flushed before every call. TFLOP/s counts 4·B·H·S²·D, halved when causal, whatever an implementation computes. GB/s is "
         "model throughput against the fused minimum and says little for a compute-bound kernel. The unfused "
         "paths are not run past 16 GiB of scores."
     ),
     tolerance=at.FORWARD_TOLERANCE,
+    point_columns=at.point_columns("forward"),
     source_file="experiments/attention_fwd.py",
 )

@@ -57,6 +57,32 @@ class Profile:
     warm: Callable[..., None] | None = None
 
 
+POINT_COLUMN_UNITS = ("bytes", "count")
+
+
+@dataclass(frozen=True)
+class PointColumn:
+    """A model quantity an experiment's points tables show in a column of its own, one value a point (e.g. the
+    bytes an unfused path writes for its intermediate, beside the byte model of the fused one).
+
+    value: the quantity at a case and dtype, or None where it does not apply. The page computes it when it
+        renders, from each point's recorded shape and dtype, so the figure follows from the record; a shape
+        the function cannot read (an older record's) shows a dash. value=None: the point's recorded byte
+        model (bytes_moved), the bytes its GB/s figures divide.
+    meaning: one line under the table saying what the column counts.
+    unit: "bytes" (written in KiB, MiB or GiB) or "count" (a whole number).
+    """
+
+    title: str
+    meaning: str
+    value: Callable[[Case, torch.dtype], int | None] | None = None
+    unit: str = "bytes"
+
+    def __post_init__(self):
+        if self.unit not in POINT_COLUMN_UNITS:
+            raise ValueError(f"PointColumn.unit {self.unit!r}: expected one of {', '.join(POINT_COLUMN_UNITS)}")
+
+
 @dataclass(frozen=True)
 class Margin:
     """How close to 1 a speedup must lie to count as a tie: ± `fraction` (0.015 is ±1.5%).
@@ -140,6 +166,8 @@ class Experiment:
     # Op-by-op breakdown (lab.measure.breakdown): (kernel name, enclosing op labels) -> op name. Declared, every
     # correct profile's call is also profiled op by op and the record keeps each op's kernel time.
     breakdown: Callable[[str, tuple[str, ...]], str] | None = None
+    # Model quantities shown as columns of the points tables, beside each point's timings (none: no columns).
+    point_columns: tuple[PointColumn, ...] = ()
 
     def profile(self, name: str) -> Profile:
         for p in self.profiles:

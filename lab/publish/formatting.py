@@ -2,8 +2,8 @@
 
 Latency in µs to at least 3 significant figures (whole µs with thousands separated from 100 µs up),
 throughput in GB/s as an integer from 100 up and to one decimal below, percentages as integers, speedups
-and their bounds to 3 decimals, relative errors in scientific notation to 2 significant figures. A missing
-value is an en dash.
+and their bounds to 3 decimals, relative errors in scientific notation to 2 significant figures, sizes in
+binary units (KiB, MiB, GiB) to one decimal. A missing value is an en dash.
 """
 
 from __future__ import annotations
@@ -77,6 +77,14 @@ def size_bytes(value: int | None) -> str:
             amount = value / scale
             return f"{amount:.0f} {unit}" if amount == int(amount) else f"{amount:.1f} {unit}"
     return f"{value} B"
+
+
+def model_value(value: int | None, unit: str) -> str:
+    """A declared model quantity of a point (experiments.spec.PointColumn): bytes in KiB, MiB or GiB, a count
+    as a whole number; a dash where there is none."""
+    if value is None:
+        return DASH
+    return size_bytes(value) if unit == "bytes" else f"{value:,}"
 
 
 def short_commit(commit: str | None, dirty: bool | None) -> str:

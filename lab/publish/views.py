@@ -1,6 +1,7 @@
 """View model of an experiment's page: what its template shows, already formatted — the rule with its
 numbers, the summary card, the GPUs side by side and the history (lab.publish.overview), then the detail per
-GPU: the tables of each dtype, the profiled (Nsight Compute) facts and the run facts.
+GPU: the tables of each dtype (with the model columns an experiment declares, experiments.spec.PointColumn),
+the profiled (Nsight Compute) facts and the run facts.
 
 Links: pages under docs/experiments/ link relatively (../records/<slug>/<id>.json is published by the site's
 hook). Record text goes into these models as it is: the templates escape every value (lab.publish.escape);
@@ -12,7 +13,9 @@ from __future__ import annotations
 import json
 from typing import Iterable, Mapping, Sequence
 
-from experiments.spec import PARITY, Experiment
+import torch
+
+from experiments.spec import PARITY, Case, Experiment, PointColumn
 from lab.evidence.records import CPU_GPU_KEY, Point, RunRecord
 from lab.evidence.verdict import (
     AGAINST,
@@ -116,6 +119,22 @@ def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgemen
     return rows
 
 
+def _column_value(column: PointColumn, point: Point) -> str:
+    """One point's value of a declared column, computed from its recorded shape and dtype (or its recorded byte
+    model); a dash where the declaration cannot read them (an older or a hostile record) or gives nothing."""
+    if column.value is None:
+        return fmt.model_value(point.bytes_moved, column.unit)
+    dtype = getattr(torch, point.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        return fmt.DASH
+    try:
+        value = column.value(Case(point.case, dict(point.shape)), dtype)
+    except (KeyError, TypeError, ValueError, ArithmeticError):
+        return fmt.DASH
+    valid = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return fmt.model_value(value if valid else None, column.unit)
+
+
 def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cpu: bool) -> list[dict]:
     rows = []
     subject = experiment.claim.subject
@@ -133,6 +152,7 @@ def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cp
             "subject_status": _status_cell(result) if result else "absent",
             "baseline_p50": fmt.latency_us(base.p50_ms) if base else fmt.DASH,
             "baseline_tflops": fmt.point_tflops(point.flops, base.tflops if base else None),
+            "columns": [_column_value(c, point) for c in experiment.point_columns],
             **_judgement_row(j, cpu),
         })
     return rows
@@ -261,6 +281,8 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
             "matrix": None if single else _matrix(experiment, points),
             "not_timed": [] if single else _not_timed(experiment, points),
             "has_flops": any(p.flops for p in points),
+            "columns": declared([{"title": c.title, "meaning": c.meaning} for c in experiment.point_columns]),
+            "point_columns": [_column_value(c, points[0]) for c in experiment.point_columns] if single else [],
             "breakdown": breakdown_view(experiment, run, dtype) if has_breakdown(run, dtype) else [],
             "slower_ops": [] if cpu else slower_ops(experiment, run, dtype, judgements),
             "breakdown_plot": href(f"../{PLOTS_DIR}/{breakdown_filename(experiment.slug, gpu_key, dtype)}"),

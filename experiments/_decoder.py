@@ -19,20 +19,28 @@ import functools
 import torch
 
 from experiments.spec import Case, Profile
-from kernels.decoder_block import LabDecoderBlock, sources_for
+from kernels.decoder_block import FUSED_QKV_MAX_ROWS, LabDecoderBlock, sources_for
 from kernels.reference_decoder import LLAMA_8B, DecoderBlock, DecoderWeights, KVCache
+from lab.measure.breakdown import triton_kernel_names
 
 CONFIG = LLAMA_8B
 WEIGHT_SEED = 20_261_123
 PREFILL = ((1, 1024), (2, 2048), (2, 4096), (4, 4096))  # (B, S): 1k, 4k, 8k and 16k tokens
 DECODE = ((1, 1024), (1, 8192), (16, 4096), (64, 1024), (64, 4096))  # (B, KV)
 DECODE_ATTENTION = "sdpa"  # which kernel serves attention at decode in the lab's block (see the notes)
+_DECODE_ATTENTION_WHY = {  # said in the profiles' descriptions and the evidence boundaries, hence on the pages
+    "sdpa": ("at decode attention is torch's F.scaled_dot_product_attention, not the lab's kernel: SDPA's default "
+             "backend (cuDNN) beat it at every decode shape of this layer in a probe with no run record "
+             "(notes/decoder-block.md); the op tables name the kernel that ran"),
+    "lab": "at decode attention is the lab's kernel (kernels/attention.py, one query over the cached keys)",
+}
+DECODE_ATTENTION_WHY = _DECODE_ATTENTION_WHY[DECODE_ATTENTION]
 
 BLOCK_SOURCES = ("kernels/reference_decoder.py", "kernels/kv_cache.py")
 LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kernels/kv_cache.py", "kernels/rotary.py",
                "kernels/rmsnorm_linear.py",
                "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py", "kernels/_gemv.py",
-               "kernels/attention.py", "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
+               "kernels/attention.py", "kernels/attention_kernels.py", "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
                "kernels/_checks.py")
 QUANT_SOURCES = LAB_SOURCES + ("kernels/dequant_linear.py", "kernels/quantize.py")
 
@@ -210,15 +218,18 @@ def profiles() -> tuple[Profile, ...]:
                 _runner("eager"), BLOCK_SOURCES, unsupported=_unsupported_on_cpu),
         Profile("torch.compile", "the same module through torch.compile (default mode and dynamic-shape policy)",
                 _runner("compile"), BLOCK_SOURCES, unsupported=_unsupported_on_cpu),
-        Profile("lab", "the lab's block: fused RMSNorm + QKV, lab attention, fused add + RMSNorm, lab SwiGLU",
+        Profile("lab", lab_description(None),
                 _runner("lab"), LAB_SOURCES, plan=lambda case, dtype: op_sources("lab", case), unsupported=_unsupported_on_cpu),
-        Profile("lab-int8", "the lab's block with weight-only int8 projections (kernels/dequant_linear.py)",
+        Profile("lab-int8", f"the lab's block with weight-only int8 projections (kernels/dequant_linear.py){_AS_LAB}",
                 _runner("lab-int8"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int8", case),
                 unsupported=_quantised_unsupported, tolerance=INT8_TOLERANCE),
-        Profile("lab-int4", "the lab's block with weight-only int4 projections (kernels/dequant_linear.py)",
+        Profile("lab-int4", f"the lab's block with weight-only int4 projections (kernels/dequant_linear.py){_AS_LAB}",
                 _runner("lab-int4"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int4", case),
                 unsupported=_quantised_unsupported, tolerance=INT4_TOLERANCE),
     )
+
+
+_AS_LAB = "; the other ops as in `lab` at decode"
 
 
 def op_sources(kind: str, case: Case) -> dict[str, str]:
@@ -226,6 +237,46 @@ def op_sources(kind: str, case: Case) -> dict[str, str]:
     quant = {"lab": None, "lab-int8": "int8", "lab-int4": "int4"}[kind]
     return dict(sources_for(quant, DECODE_ATTENTION, "decode" if is_decode(case) else "prefill",
                             rows=case["B"] * case["S"]))
+
+
+def _source_name(source: str) -> str:
+    """ "lab: kernels/rotary.py (writes ...)" -> "kernels/rotary.py"; "torch: F.linear (...)" -> "F.linear"."""
+    return source.split(": ", 1)[-1].split(" (", 1)[0]
+
+
+def _provenance(table: dict[str, str], side: str, decode: bool = False) -> str:
+    """The ops of `table` from `side` ("lab" or "torch"), grouped by what serves them (at decode, DECODE_ATTENTION)."""
+    by_source: dict[str, list[str]] = {}
+    for label, source in table.items():
+        if source.startswith(f"{side}:"):
+            by_source.setdefault(_source_name(source), []).append(label)
+    parts = []
+    for name, labels in by_source.items():
+        if name == "F.linear":
+            name = "F.linear: cuBLAS"
+        elif decode and "attention" in labels:
+            name += f', DECODE_ATTENTION = "{DECODE_ATTENTION}"'
+        parts.append(f"{', '.join(labels)} ({name})")
+    return "; ".join(parts) or "none"
+
+
+def lab_description(quant: str | None) -> str:
+    """Which op of the lab's block comes from the lab's kernels and which from torch (kernels/decoder_block.py)."""
+    prefill = sources_for(quant, DECODE_ATTENTION, "prefill", rows=1024)
+    return (f"the lab's block (kernels/decoder_block.py). Prefill: lab kernels for {_provenance(prefill, 'lab')}; "
+            f"torch for {_provenance(prefill, 'torch')}. Decode: {decode_provenance(quant)}")
+
+
+def decode_provenance(quant: str | None) -> str:
+    """The same for the decode step, narrow and wide."""
+    narrow = sources_for(quant, DECODE_ATTENTION, "decode", rows=1)
+    wide = sources_for(quant, DECODE_ATTENTION, "decode", rows=64)
+    changed = [label for label in wide if wide.get(label) != narrow.get(label)]
+    text = f"lab kernels for {_provenance(narrow, 'lab', True)}; torch for {_provenance(narrow, 'torch', True)}"
+    if changed:
+        text += (f"; above {FUSED_QKV_MAX_ROWS} rows {', '.join(changed)} are torch's "
+                 f"({', '.join(dict.fromkeys(_source_name(wide[label]) for label in changed))})")
+    return f"{text}. So {_DECODE_ATTENTION_WHY[DECODE_ATTENTION]}"
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -245,15 +296,31 @@ _NAME_CLASSES = (
 )
 
 
-def classify(kernel: str, labels: tuple[str, ...]) -> str:
-    """An op name for a kernel: the innermost op label around its launch, else a class of its name."""
-    if labels:
-        return labels[-1]
-    name = kernel.lower()
-    for keys, op in _NAME_CLASSES:
-        if any(key in name for key in keys):
-            return op
-    return "other"
+class KernelClassifier:
+    """An op name for a kernel (the innermost op label around its launch, else a class of its name), and whether
+    a kernel is the lab's own (a Triton kernel of `sources`): each op records how many of its kernels are."""
+
+    def __init__(self, sources: tuple[str, ...]):
+        self.sources = sources
+
+    def __call__(self, kernel: str, labels: tuple[str, ...]) -> str:
+        if labels:
+            return labels[-1]
+        name = kernel.lower()
+        for keys, op in _NAME_CLASSES:
+            if any(key in name for key in keys):
+                return op
+        return "other"
+
+    @functools.cached_property
+    def lab_kernels(self) -> frozenset[str]:
+        return triton_kernel_names(self.sources)
+
+    def is_lab(self, kernel: str) -> bool:
+        return kernel in self.lab_kernels
+
+
+classify = KernelClassifier(QUANT_SOURCES)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -328,5 +395,6 @@ def graph_profiles() -> tuple[Profile, ...]:
                 BLOCK_SOURCES),
         profile("torch.compile-graph", "compile", "torch.compile's decode step captured as a CUDA graph and replayed",
                 BLOCK_SOURCES),
-        profile("lab-graph", "lab", "the lab's decode step captured as a CUDA graph and replayed", LAB_SOURCES),
+        profile("lab-graph", "lab", "the lab's decode step (kernels/decoder_block.py) captured as a CUDA graph and "
+                f"replayed: {decode_provenance(None)}", LAB_SOURCES),
     )

@@ -47,7 +47,11 @@ EXPERIMENT = Experiment(
         "the inputs (the weights, 436 MB, never fit the L2 either way). torch.compile runs in its default mode "
         "and dynamic-shape policy, compiled once for prefill and once for decode, as a user gets it. Decode "
         "under CUDA-graph replay is the experiment decoder-block-graphed. The int8 and int4 profiles compute a "
-        "different approximation and are not in the claim."
+        "different approximation and are not in the claim. The lab's block is the lab's kernels where the lab has "
+        "one and torch's elsewhere (its projections are cuBLAS through F.linear; the int8 and int4 blocks' are the "
+        "lab's dequantising kernels); "
+        f"{dec.DECODE_ATTENTION_WHY}. The profiles table says which op comes from where, and each op-by-op table "
+        "gives every op's source, measured from its kernels' names and as the launch plan declares it."
     ),
     tolerance=dec.TOLERANCE,
     source_file="experiments/decoder_block.py",

@@ -42,7 +42,9 @@ EXPERIMENT = Experiment(
         "Decode only, one layer, bfloat16, seeded weights. Each input set (the originals and every copy the "
         "eager-call clock cycles through) has its own captured graph, captured before timing; the eager-call "
         "clock's figure is what a serving loop pays per replay, host included. The GPU-time clock flushes the L2 "
-        "before every replay."
+        f"before every replay. As in decoder-block, {dec.DECODE_ATTENTION_WHY}. A replay's kernels carry no op "
+        "annotations, so every profile's ops are grouped by kernel name; the op tables say which of them are the "
+        "lab's kernels."
     ),
     tolerance=dec.TOLERANCE,
     source_file="experiments/decoder_block_graphed.py",

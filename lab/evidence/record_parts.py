@@ -150,26 +150,68 @@ def run_profiling(value: Any, where: str) -> dict | None:
     return dict(value)
 
 
+BREAKDOWN_MS = number(0.0, 1e7)
+KERNEL_COUNT = integer(0, 1 << 20)
 BREAKDOWN = fields({
     "method": short_text,
     "calls": integer(1, 1 << 20),
-    "ops": list_of(fields({"op": name_text, "ms": number(0.0, 1e7), "kernels": integer(0, 1 << 20)}),
+    "ops": list_of(fields({"op": name_text, "ms": BREAKDOWN_MS, "kernels": KERNEL_COUNT,
+                           # Added later (older records lack them): how many of the op's kernels are the lab's
+                           # own, its longest kernel's name, and the class its kernels' names give it.
+                           "lab_kernels": Absent(KERNEL_COUNT), "kernel": Absent(name_text),
+                           "group": Absent(name_text)}),
                    min_length=1, max_length=64),
-    "kernel_ms": number(0.0, 1e7),
-    "span_ms": number(0.0, 1e7),
-    "gap_ms": number(0.0, 1e7),
+    "kernel_ms": BREAKDOWN_MS,
+    "span_ms": BREAKDOWN_MS,
+    "gap_ms": BREAKDOWN_MS,
+    "eager": Absent(lambda value, where: eager_breakdown(value, where)),
 })
+EAGER_BREAKDOWN = fields({
+    "method": short_text,
+    "calls": integer(1, 1 << 20),
+    "ops": list_of(fields({"op": name_text, "ms": BREAKDOWN_MS, "kernels": KERNEL_COUNT, "gap_ms": BREAKDOWN_MS}),
+                   min_length=1, max_length=64),
+    "kernel_ms": BREAKDOWN_MS,
+    "span_ms": BREAKDOWN_MS,
+    "gap_ms": BREAKDOWN_MS,
+    "lead_ms": BREAKDOWN_MS,
+})
+
+
+def _gap_within_span(checked: dict, where: str) -> None:
+    if checked["gap_ms"] > checked["span_ms"] * (1 + 1e-9):
+        raise RecordError(f"{where}: gap_ms {checked['gap_ms']!r} exceeds span_ms {checked['span_ms']!r}")
 
 
 def breakdown(value: Any, where: str) -> dict | None:
     """A profile result's op-by-op breakdown (lab.measure.breakdown): null, {"error": why}, or per-call figures in ms: each
-    op's kernel time and kernel count, the kernel time in all, the span from first kernel start to last end
-    and the gap (span minus kernel time); the gap never exceeds the span."""
+    op's kernel time and kernel count (and, in newer records, how many of them are the lab's, its longest
+    kernel and its class by kernel name), the kernel time in all, the span from first kernel start to last end
+    and the gap (span minus kernel time); the gap never exceeds the span, nor an op's lab kernels its kernels.
+    Newer records add `eager`, the same call on the eager-call clock (eager_breakdown)."""
     if value is None:
         return None
     if isinstance(value, dict) and "error" in value:
         fields({"error": text()})(value, where)
         return dict(value)
+    checked = BREAKDOWN(value, where)
+    _gap_within_span(checked, where)
+    for i, op in enumerate(checked["ops"]):
+        if op["lab_kernels"] is not None and op["lab_kernels"] > op["kernels"]:
+            raise RecordError(f"{where}.ops[{i}]: lab_kernels {op['lab_kernels']!r} exceeds kernels {op['kernels']!r}")
+    return dict(value)
+
+
+def eager_breakdown(value: Any, where: str) -> dict:
+    """The breakdown's eager-call part: {"error": why}, or per-call figures in ms of back-to-back calls: each op's
+    kernel time, kernel count and the GPU's idle time before its kernels (`gap_ms`), the kernel time, span and
+    idle time inside a call, and the idle time before a call's first kernel (`lead_ms`)."""
+    if isinstance(value, dict) and "error" in value:
+        fields({"error": text()})(value, where)
+        return dict(value)
+    checked = EAGER_BREAKDOWN(value, where)
+    _gap_within_span(checked, where)
+    return dict(value)
     checked = BREAKDOWN(value, where)
     if checked["gap_ms"] > checked["span_ms"] * (1 + 1e-9):
         raise RecordError(f"{where}: gap_ms {checked['gap_ms']!r} exceeds span_ms {checked['span_ms']!r}")

@@ -1,12 +1,15 @@
 """Where a call's time goes, op by op: the view and the chart of the records' `breakdown` blocks
 (lab.measure.breakdown).
 
-Per GPU run and dtype: one chart with a panel per case and, in each, one stacked bar per profile: its ops'
-kernel time in launch order, then the GPU's time between kernels (hatched; the host kept out of the way by
-the device hold), which together make the call's GPU span, then, where the eager-call clock has a figure,
-the time a program calling eagerly waits on the host on top of that (dotted: the eager-call median minus
-the span). The profile's median on the GPU-time clock is marked. The tables under it give each op's time and
-share of the span, and how close the span lies to the GPU-time clock's median (`coverage`).
+Per GPU run and dtype: one chart with a panel per case and, in each, one stacked bar per profile on the GPU-time
+clock: its ops' kernel time in launch order, then the GPU's time between kernels (hatched; the host kept out
+of the way by the device hold), which together make the call's GPU span. Where the record has the same call
+on the eager-call clock (the breakdown's "eager" part), a second bar shows it: the host's gap before the call's
+first kernel, then per op the GPU's idle time before its kernels (the host's gap as the program pays it) and
+its kernel time; the eager-call median is marked on it. Older records without that part keep one bar, with
+the eager-call median minus the span (dotted) as the host's wait. The tables under it give each op's
+provenance (the lab's kernels or torch's, as measured from kernel names and as the launch plan declares),
+time, share of the span and host gap, and how close each span lies to its clock's median (`coverage`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.spec import Experiment  # noqa: E402
 from lab.evidence.records import Point, RunRecord  # noqa: E402
-from lab.evidence.verdict import SLOWER, PointJudgement  # noqa: E402
+from lab.evidence.verdict import EAGER_CALL, SLOWER, PointJudgement, judge_point  # noqa: E402
 from lab.publish import formatting as fmt  # noqa: E402
 from lab.publish.plots import FIGSIZE, STYLE, _svg, plain  # noqa: E402
 
@@ -28,7 +31,10 @@ from lab.publish.plots import FIGSIZE, STYLE, _svg, plain  # noqa: E402
 # stay apart (more than forty ops would reuse colours, in order).
 OP_PALETTE = tuple(matplotlib.colormaps["tab20"].colors) + tuple(matplotlib.colormaps["tab20b"].colors)
 GAP_COLOUR = "#dee2e6"
+HOST_EDGE = "#adb5bd"
 COVERAGE_BOUND = 0.05  # the breakdown's span within 5% of the GPU-time clock's median
+KERNEL_SHOWN = 48  # characters of a kernel's name a table cell shows
+BETWEEN_CALLS = "before the call's first kernel"
 
 
 def breakdown_filename(slug: str, gpu_key: str, dtype: str) -> str:
@@ -41,6 +47,12 @@ def _usable(result) -> bool:
     return result.status == "ok" and isinstance(result.breakdown, Mapping) and "ops" in result.breakdown
 
 
+def _eager(result) -> Mapping | None:
+    """The breakdown's eager-call part, where the record has one that was measured."""
+    block = result.breakdown.get("eager") if _usable(result) else None
+    return block if isinstance(block, Mapping) and "ops" in block else None
+
+
 def has_breakdown(run: RunRecord, dtype: str) -> bool:
     return any(_usable(r) for p in run.points if p.dtype == dtype for r in p.results.values())
 
@@ -51,6 +63,7 @@ def _op_order(points: Sequence[Point]) -> list[str]:
         for result in point.results.values():
             if _usable(result):
                 order.update(dict.fromkeys(op["op"] for op in result.breakdown["ops"]))
+                order.update(dict.fromkeys(op["op"] for op in (_eager(result) or {}).get("ops", ())))
     return list(order)
 
 
@@ -62,44 +75,137 @@ def _host_wait_ms(result) -> float | None:
     return max(0.0, eager.p50_ms - result.breakdown["span_ms"])
 
 
+def _eager_period_ms(block: Mapping) -> float:
+    """One back-to-back call as the GPU saw it: the gap before its first kernel plus its span."""
+    return block["lead_ms"] + block["span_ms"]
+
+
+def provenance(result, op: Mapping) -> str:
+    """Where an op's kernels come from: measured (how many of them carry a lab kernel's name; newer records)
+    and declared (the launch plan's entry for an op of that name); a dash where the record says neither."""
+    plan = result.plan if isinstance(result.plan, Mapping) else {}
+    declared = plan.get(op["op"]) if isinstance(plan.get(op["op"]), str) else None
+    lab, kernels = op.get("lab_kernels"), op["kernels"]
+    if lab is None:
+        return declared or fmt.DASH
+    measured = "torch" if lab == 0 else "lab" if lab >= kernels else f"lab ({lab} of {kernels} kernels) + torch"
+    if declared is None:
+        return measured
+    return declared if declared.split(":", 1)[0] == measured else f"{measured} (plan: {declared})"
+
+
+def _shown_kernel(name) -> str:
+    if not isinstance(name, str) or not name:
+        return fmt.DASH
+    return name if len(name) <= KERNEL_SHOWN else name[:KERNEL_SHOWN - 1] + "…"
+
+
+def _largest_stall(block: Mapping) -> tuple[str, float]:
+    """(where, ms): the op whose kernels the GPU waits longest before, or the call's first kernel."""
+    op = max(block["ops"], key=lambda o: o["gap_ms"])
+    return (op["op"], op["gap_ms"]) if op["gap_ms"] > block["lead_ms"] else (BETWEEN_CALLS, block["lead_ms"])
+
+
+def _profile_view(name: str, result) -> dict:
+    b = result.breakdown
+    span = b["span_ms"]
+    coverage = span / result.p50_ms if result.p50_ms else None
+    wait = _host_wait_ms(result)
+    eager = _eager(result)
+    gaps = {op["op"]: op["gap_ms"] for op in eager["ops"]} if eager else {}
+    view = {
+        "name": name,
+        "ops": [{"op": op["op"], "source": provenance(result, op), "kernel": _shown_kernel(op.get("kernel")),
+                 "named": isinstance(op.get("kernel"), str) and bool(op.get("kernel")),
+                 "ms": fmt.latency_us(op["ms"]), "kernels": op["kernels"],
+                 "share": f"{100 * op['ms'] / span:.0f}%" if span > 0 else fmt.DASH,
+                 "host_gap": fmt.latency_us(gaps[op["op"]]) if op["op"] in gaps else fmt.DASH}
+                for op in b["ops"]],
+        "top": max(b["ops"], key=lambda op: op["ms"])["op"],
+        "kernel": fmt.latency_us(b["kernel_ms"]),
+        "gap": fmt.latency_us(b["gap_ms"]),
+        "span": fmt.latency_us(span),
+        "layer": fmt.latency_us(result.p50_ms),
+        "coverage": f"{100 * coverage:.1f}%" if coverage is not None else fmt.DASH,
+        "within": coverage is not None and abs(coverage - 1) <= COVERAGE_BOUND,
+        "eager": fmt.latency_us(result.eager.p50_ms) if wait is not None else fmt.DASH,
+        "wait": fmt.latency_us(wait) if wait is not None else fmt.DASH,
+        "eager_breakdown": None,
+        "eager_error": None,
+    }
+    if eager is not None:
+        period = _eager_period_ms(eager)
+        median = result.eager.p50_ms if result.eager is not None else None
+        where, ms = _largest_stall(eager)
+        view["eager_breakdown"] = {
+            "lead": fmt.latency_us(eager["lead_ms"]), "gaps": fmt.latency_us(eager["gap_ms"]),
+            "kernel": fmt.latency_us(eager["kernel_ms"]), "period": fmt.latency_us(period),
+            "median": fmt.latency_us(median),
+            "coverage": f"{100 * period / median:.1f}%" if median else fmt.DASH,
+            "stall": where, "stall_ms": fmt.latency_us(ms),
+            "host_total": fmt.latency_us(eager["lead_ms"] + eager["gap_ms"]),
+        }
+    elif isinstance(b.get("eager"), Mapping) and "error" in b["eager"]:
+        view["eager_error"] = b["eager"]["error"]
+    return view
+
+
 def breakdown_view(experiment: Experiment, run: RunRecord, dtype: str) -> list[dict]:
-    """Per case: each profile's ops (ms, share of its span), kernel time, gap, span against the GPU-time
-    median, and the host's wait on the eager-call clock."""
+    """Per case: each profile's ops (provenance, ms, share of its span, host gap before them on the eager-call
+    clock), kernel time, gap, span against the GPU-time median, the eager-call figures (the host's gaps, where
+    the host stalls most), and, where the subject is Slower on the eager-call clock, the op that loses there.
+    Every case carries `stall_names`, the profiles with an eager-call breakdown anywhere in the run."""
     cases = []
-    for point in (p for p in run.points if p.dtype == dtype):
-        profiles = []
-        for name, result in point.results.items():
-            if not _usable(result):
-                continue
-            b = result.breakdown
-            span = b["span_ms"]
-            coverage = span / result.p50_ms if result.p50_ms else None
-            wait = _host_wait_ms(result)
-            profiles.append({
-                "name": name,
-                "ops": [{"op": op["op"], "ms": fmt.latency_us(op["ms"]), "kernels": op["kernels"],
-                         "share": f"{100 * op['ms'] / span:.0f}%" if span > 0 else fmt.DASH}
-                        for op in b["ops"]],
-                "top": max(b["ops"], key=lambda op: op["ms"])["op"],
-                "kernel": fmt.latency_us(b["kernel_ms"]),
-                "gap": fmt.latency_us(b["gap_ms"]),
-                "span": fmt.latency_us(span),
-                "layer": fmt.latency_us(result.p50_ms),
-                "coverage": f"{100 * coverage:.1f}%" if coverage is not None else fmt.DASH,
-                "within": coverage is not None and abs(coverage - 1) <= COVERAGE_BOUND,
-                "eager": fmt.latency_us(result.eager.p50_ms) if wait is not None else fmt.DASH,
-                "wait": fmt.latency_us(wait) if wait is not None else fmt.DASH,
-            })
-        if profiles:
-            cases.append({"case": point.case, "profiles": profiles})
+    points = [p for p in run.points if p.dtype == dtype]
+    order = [p.name for p in experiment.profiles]
+    stall_names = [n for n in order if any(n in p.results and _eager(p.results[n]) for p in points)]
+    for point in points:
+        profiles = [_profile_view(name, result) for name, result in point.results.items() if _usable(result)]
+        if not profiles:
+            continue
+        by_name = {p["name"]: p for p in profiles}
+        stalls = []
+        for name in stall_names:
+            e = by_name[name]["eager_breakdown"] if name in by_name else None
+            stalls.append({"host": e["host_total"], "where": e["stall"], "ms": e["stall_ms"]} if e else None)
+        cases.append({"case": point.case, "profiles": profiles, "stall_names": stall_names,
+                      "kernels_named": any(o["named"] for p in profiles for o in p["ops"]),
+                      "host_gaps": any(p["eager_breakdown"] for p in profiles),
+                      "stalls": stalls if any(stalls) else [],
+                      "eager_slower": _eager_slower(experiment, run, point)})
     return cases
+
+
+def _worst(ours: Mapping[str, float], theirs: Mapping[str, float]) -> tuple[str | None, float]:
+    """Of the keys both hold, the one whose value is the most larger in `ours` (None where none is)."""
+    excess = {k: v - theirs[k] for k, v in ours.items() if k in theirs}
+    worst = max(excess, key=excess.get, default=None)
+    return (worst, excess[worst]) if worst is not None and excess[worst] > 0 else (None, 0.0)
+
+
+def _by_group(ops: Sequence[Mapping], value) -> dict[str, float]:
+    """`value(op)` summed per kernel class (the ops' `group`); empty where an op has none (older records)."""
+    out: dict[str, float] = {}
+    for op in ops:
+        group = op.get("group")
+        if not isinstance(group, str):
+            return {}
+        out[group] = out.get(group, 0.0) + value(op)
+    return out
+
+
+def _comparison(worst: tuple[str | None, float], worst_group: tuple[str | None, float]) -> dict:
+    return {"op": worst[0], "op_excess": fmt.latency_us(worst[1]) if worst[0] is not None else fmt.DASH,
+            "group": worst_group[0],
+            "group_excess": fmt.latency_us(worst_group[1]) if worst_group[0] is not None else fmt.DASH}
 
 
 def slower_ops(experiment: Experiment, run: RunRecord, dtype: str,
                judgements: Mapping[tuple[str, str], PointJudgement]) -> list[dict]:
     """At each point where the subject is Slower than its best baseline and both have a breakdown: how much
     longer the subject's call takes (GPU-time medians) and, of the ops both name alike, the one whose kernels
-    take the most longer (None where they share no op name, or none takes longer)."""
+    take the most longer (None where they share no op name, or none takes longer); likewise by kernel class,
+    where the record gives each op's class (`group`)."""
     subject = experiment.claim.subject
     out = []
     for point in (p for p in run.points if p.dtype == dtype):
@@ -109,15 +215,57 @@ def slower_ops(experiment: Experiment, run: RunRecord, dtype: str,
         ours, theirs = point.results.get(subject), point.results.get(j.baseline)
         if ours is None or theirs is None or not (_usable(ours) and _usable(theirs)):
             continue
-        their_ops = {op["op"]: op["ms"] for op in theirs.breakdown["ops"]}
-        excess = {op["op"]: op["ms"] - their_ops[op["op"]] for op in ours.breakdown["ops"] if op["op"] in their_ops}
-        worst = max(excess, key=excess.get, default=None)
-        if worst is not None and excess[worst] <= 0:
-            worst = None
+        mine, their = ours.breakdown["ops"], theirs.breakdown["ops"]
+        named = _worst({op["op"]: op["ms"] for op in mine}, {op["op"]: op["ms"] for op in their})
+        grouped = _worst(_by_group(mine, lambda op: op["ms"]), _by_group(their, lambda op: op["ms"]))
         out.append({"case": point.case, "subject": subject, "baseline": j.baseline,
-                    "call": fmt.latency_us(ours.p50_ms - theirs.p50_ms), "op": worst,
-                    "op_excess": fmt.latency_us(excess[worst]) if worst is not None else fmt.DASH})
+                    "call": fmt.latency_us(ours.p50_ms - theirs.p50_ms), **_comparison(named, grouped)})
     return out
+
+
+def _eager_costs(result) -> tuple[dict[str, float], dict[str, float]]:
+    """Per op (and per kernel class) on the eager-call clock: its kernel time plus the host's gap before its
+    kernels; the gap before the call's first kernel counts as one more entry."""
+    eager = _eager(result)
+    groups = {op["op"]: op.get("group") for op in result.breakdown["ops"]}
+    named = {op["op"]: op["ms"] + op["gap_ms"] for op in eager["ops"]}
+    grouped: dict[str, float] = {}
+    for op in eager["ops"]:
+        group = groups.get(op["op"])
+        if not isinstance(group, str):
+            grouped = {}
+            break
+        grouped[group] = grouped.get(group, 0.0) + op["ms"] + op["gap_ms"]
+    for table in (named, grouped) if grouped else (named,):
+        table[BETWEEN_CALLS] = eager["lead_ms"]
+    return named, grouped
+
+
+def _eager_slower(experiment: Experiment, run: RunRecord, point: Point) -> dict | None:
+    """Where the subject is Slower on the eager-call clock: its excess there and what loses it (see
+    _eager_costs); None elsewhere, and on the CPU interpreter."""
+    if not run.is_performance_evidence:
+        return None
+    subject = experiment.claim.subject
+    ours = point.results.get(subject)
+    if ours is None or ours.eager is None or ours.eager.p50_ms is None:
+        return None
+    j = judge_point(experiment, point, EAGER_CALL)
+    theirs = point.results.get(j.baseline) if j.baseline else None
+    if j.word != SLOWER or theirs is None or theirs.eager is None or theirs.eager.p50_ms is None:
+        return None
+    row = {"subject": subject, "baseline": j.baseline, "call": fmt.latency_us(ours.eager.p50_ms - theirs.eager.p50_ms),
+           "measured": False, **_comparison((None, 0.0), (None, 0.0))}
+    if _usable(ours) and _usable(theirs):  # until an eager-call breakdown says more: the GPU-time one's answer
+        mine, their = ours.breakdown["ops"], theirs.breakdown["ops"]
+        row.update(_comparison(_worst({op["op"]: op["ms"] for op in mine}, {op["op"]: op["ms"] for op in their}),
+                               _worst(_by_group(mine, lambda op: op["ms"]), _by_group(their, lambda op: op["ms"]))))
+    if _eager(ours) is not None and _usable(theirs) and _eager(theirs) is not None:
+        (mine, mine_grouped), (their, their_grouped) = _eager_costs(ours), _eager_costs(theirs)
+        row.update(_comparison(_worst(mine, their), _worst(mine_grouped, their_grouped)))
+        row.update(measured=True, host=fmt.latency_us(_eager(ours)["lead_ms"] + _eager(ours)["gap_ms"]),
+                   their_host=fmt.latency_us(_eager(theirs)["lead_ms"] + _eager(theirs)["gap_ms"]))
+    return row
 
 
 def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gpu_label: str) -> str:
@@ -125,42 +273,73 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
     ops = _op_order(points)
     colours = {op: OP_PALETTE[i % len(OP_PALETTE)] for i, op in enumerate(ops)}
     names = [p.name for p in experiment.profiles]
+    drawn = set()  # which host segments and marks appear, for the legend
     with plt.rc_context(STYLE):
-        # One column at the site's plot width, so the text keeps its size on a phone (as every other plot).
-        columns, rows = 1, len(points)
-        legend_rows = len(ops) + 3
+        bars = [sum(2 if _eager(p.results[n]) else 1 for n in names if n in p.results and _usable(p.results[n]))
+                for p in points]
+        legend_rows = len(ops) + 6
         legend_in = 0.24 * legend_rows + 0.3  # inches under the panels for the legend
-        height = 0.34 * len(names) * rows + 1.0 * rows + 0.6 + legend_in
-        fig, axes = plt.subplots(rows, columns, figsize=(FIGSIZE[0], height), squeeze=False)
+        height = 0.34 * sum(bars) + 1.0 * len(points) + 0.6 + legend_in
+        # One column at the site's plot width, so the text keeps its size on a phone (as every other plot).
+        fig, axes = plt.subplots(len(points), 1, figsize=(FIGSIZE[0], height), squeeze=False,
+                                 gridspec_kw={"height_ratios": [max(1, b) for b in bars]})
         for ax, point in zip(axes.flat, points):
-            shown = [n for n in names if n in point.results and _usable(point.results[n])]
-            for row, name in enumerate(shown):
+            labels = []
+            for name in (n for n in names if n in point.results and _usable(point.results[n])):
                 result = point.results[name]
+                eager = _eager(result)
+                row = len(labels)
+                labels.append(name)
                 left = 0.0
                 for op in result.breakdown["ops"]:
-                    ms = op["ms"] * 1e3
-                    ax.barh(row, ms, left=left, color=colours[op["op"]], height=0.7)
-                    left += ms
+                    ax.barh(row, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=0.7)
+                    left += op["ms"] * 1e3
                 gap = result.breakdown["gap_ms"] * 1e3
                 ax.barh(row, gap, left=left, color=GAP_COLOUR, hatch="//", edgecolor="#868e96", height=0.7)
                 wait = _host_wait_ms(result)
-                if wait:
-                    ax.barh(row, wait * 1e3, left=left + gap, color="white", hatch="..", edgecolor="#adb5bd",
+                if wait and eager is None:
+                    ax.barh(row, wait * 1e3, left=left + gap, color="white", hatch="..", edgecolor=HOST_EDGE,
                             height=0.7)
+                    drawn.add("wait")
                 ax.plot([result.p50_ms * 1e3] * 2, [row - 0.42, row + 0.42], color="#212529", linewidth=1.6)
-            ax.set_yticks(range(len(shown)), [plain(n) for n in shown])
+                if eager is None:
+                    continue
+                row = len(labels)
+                labels.append(f"{name}, eager")
+                ax.barh(row, eager["lead_ms"] * 1e3, color="white", hatch="xx", edgecolor=HOST_EDGE, height=0.7)
+                left = eager["lead_ms"] * 1e3
+                for op in eager["ops"]:
+                    ax.barh(row, op["gap_ms"] * 1e3, left=left, color="white", hatch="..", edgecolor=HOST_EDGE,
+                            height=0.7)
+                    left += op["gap_ms"] * 1e3
+                    ax.barh(row, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=0.7)
+                    left += op["ms"] * 1e3
+                drawn.add("eager")
+                if result.eager is not None and result.eager.p50_ms is not None:
+                    ax.plot([result.eager.p50_ms * 1e3] * 2, [row - 0.42, row + 0.42], color="#212529",
+                            linewidth=1.6, linestyle=(0, (2, 1.5)))
+            ax.set_yticks(range(len(labels)), [plain(n) for n in labels])
             ax.invert_yaxis()
             ax.set_title(plain(point.case))
             ax.set_xlabel("µs per call")
             ax.grid(axis="y", visible=False)
-        for ax in list(axes.flat)[len(points):]:
-            ax.set_visible(False)
         handles = [plt.Rectangle((0, 0), 1, 1, color=colours[op]) for op in ops]
+        labels = [plain(op) for op in ops]
         handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=GAP_COLOUR, hatch="//", edgecolor="#868e96"))
-        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="..", edgecolor="#adb5bd"))
+        labels.append("between kernels (GPU-time clock)")
+        if "eager" in drawn:
+            handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="xx", edgecolor=HOST_EDGE))
+            labels.append("host gap before the call's first kernel (eager)")
+            handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="..", edgecolor=HOST_EDGE))
+            labels.append("host gap before the op's kernels (eager)")
+        if "wait" in drawn:
+            handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="..", edgecolor=HOST_EDGE))
+            labels.append("host wait (eager-call median − span)")
         handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6))
-        labels = [plain(op) for op in ops] + ["between kernels (GPU)", "host wait (eager-call clock)",
-                                             "GPU-time clock median"]
+        labels.append("GPU-time clock median")
+        if "eager" in drawn:
+            handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6, linestyle=(0, (2, 1.5))))
+            labels.append("eager-call clock median")
         fig.legend(handles, labels, loc="lower center", ncol=1, frameon=False, bbox_to_anchor=(0.5, 0.0))
         fig.suptitle(plain(f"Time per call, op by op\n{gpu_label}, {dtype}"))
         fig.tight_layout(rect=(0, legend_in / height, 1, 1 - 0.35 / height))

@@ -117,6 +117,38 @@ def _fwd_tiles(acc, m, d, q, k_base, v_base, k_offs, v_offs, k_desc, v_desc, mas
 
 
 @triton.jit
+def _query_block(seq_q, n_heads, group, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr):
+    # The (batch, head) and the BLOCK_M queries of this program, for the kernels that hold a query block:
+    # (bh, b, h, h_kv, start_m, offs_m). Causal programs start with the longest rows.
+    n_blocks_m = tl.cdiv(seq_q, BLOCK_M)
+    bh = tl.program_id(0) // n_blocks_m
+    pid_m = tl.program_id(0) % n_blocks_m
+    if CAUSAL:
+        pid_m = n_blocks_m - 1 - pid_m
+    b = bh // n_heads
+    h = bh % n_heads
+    start_m = pid_m * BLOCK_M
+    return bh, b, h, h // group, start_m, start_m + tl.arange(0, BLOCK_M)
+
+
+@triton.jit
+def _key_range(start_m, seq_q, seq_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    # (causal_offset, n_full, hi) for a query block starting at start_m: keys [0, n_full) come in whole tiles
+    # every row of the block sees; keys [n_full, hi) need the mask. Under CAUSAL the keys a row of the block
+    # may see end at start_m + BLOCK_M - 1 + causal_offset, and every row sees those up to
+    # start_m + causal_offset.
+    causal_offset = seq_k - seq_q
+    if CAUSAL:
+        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
+        n_full = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
+        n_full = tl.minimum(n_full, seq_k // BLOCK_N * BLOCK_N)
+    else:
+        hi = seq_k
+        n_full = seq_k // BLOCK_N * BLOCK_N
+    return causal_offset, n_full, hi
+
+
+@triton.jit
 def _attention_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, k_desc, v_desc, mask_ptr,
     seq_q, seq_k, n_heads, group, qk_scale,
@@ -127,16 +159,7 @@ def _attention_fwd_kernel(
 ):
     # One program: BLOCK_M queries of one (batch, head). Reads its Q tile once and its head's K and V tiles
     # once each; writes BLOCK_M rows of O and lse. Causal programs start with the longest rows.
-    n_blocks_m = tl.cdiv(seq_q, BLOCK_M)
-    bh = tl.program_id(0) // n_blocks_m
-    pid_m = tl.program_id(0) % n_blocks_m
-    if CAUSAL:
-        pid_m = n_blocks_m - 1 - pid_m
-    b = bh // n_heads
-    h = bh % n_heads
-    h_kv = h // group
-    start_m = pid_m * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    bh, b, h, h_kv, start_m, offs_m = _query_block(seq_q, n_heads, group, BLOCK_M, CAUSAL)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     row_in = offs_m < seq_q
@@ -152,16 +175,7 @@ def _attention_fwd_kernel(
     m = tl.full([BLOCK_M], -float("inf"), tl.float32)
     d = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    causal_offset = seq_k - seq_q
-    if CAUSAL:
-        # Keys a row of this block may see end at start_m + BLOCK_M - 1 + causal_offset; every row sees the
-        # keys up to start_m + causal_offset, so whole tiles below that need no causal mask.
-        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
-        n_full = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-        n_full = tl.minimum(n_full, seq_k // BLOCK_N * BLOCK_N)
-    else:
-        hi = seq_k
-        n_full = seq_k // BLOCK_N * BLOCK_N
+    causal_offset, n_full, hi = _key_range(start_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
     if WARP_SPECIALIZE:
         tl.static_assert(USE_TMA, "warp specialisation needs the TMA loads")
     acc, m, d = _fwd_tiles(acc, m, d, q, k_base, v_base, k_offs, v_offs, k_desc, v_desc, mask_base, b, h_kv, offs_m,
@@ -354,16 +368,7 @@ def _attention_bwd_q_kernel(
 ):
     # One program: BLOCK_M queries of one (batch, head). Reads its Q and dO tiles once and its head's K and V
     # tiles once each; writes BLOCK_M rows of dQ. Key ranges as in the forward.
-    n_blocks_m = tl.cdiv(seq_q, BLOCK_M)
-    bh = tl.program_id(0) // n_blocks_m
-    pid_m = tl.program_id(0) % n_blocks_m
-    if CAUSAL:
-        pid_m = n_blocks_m - 1 - pid_m
-    b = bh // n_heads
-    h = bh % n_heads
-    h_kv = h // group
-    start_m = pid_m * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    bh, b, h, h_kv, start_m, offs_m = _query_block(seq_q, n_heads, group, BLOCK_M, CAUSAL)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     row_in = offs_m < seq_q
@@ -383,14 +388,7 @@ def _attention_bwd_q_kernel(
     k_offs = offs_n[:, None] * stride_ks + offs_d[None, :]
     v_offs = offs_n[:, None] * stride_vs + offs_d[None, :]
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    causal_offset = seq_k - seq_q
-    if CAUSAL:
-        hi = tl.maximum(tl.minimum(seq_k, start_m + BLOCK_M + causal_offset), 0)
-        n_full = tl.maximum(start_m + causal_offset + 1, 0) // BLOCK_N * BLOCK_N
-        n_full = tl.minimum(n_full, seq_k // BLOCK_N * BLOCK_N)
-    else:
-        hi = seq_k
-        n_full = seq_k // BLOCK_N * BLOCK_N
+    causal_offset, n_full, hi = _key_range(start_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
     dq = _bwd_q_tiles(dq, q, do, lse2, delta, k_base, v_base, k_offs, v_offs, mask_base, offs_m, offs_n, 0, n_full,
                       seq_k, causal_offset, qk_scale, stride_ks, stride_vs, stride_mk, BLOCK_N, False, CAUSAL,
                       KEY_MASK, DOT_F32)

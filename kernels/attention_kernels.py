@@ -149,6 +149,15 @@ def _key_range(start_m, seq_q, seq_k, BLOCK_M: tl.constexpr, BLOCK_N: tl.constex
 
 
 @triton.jit
+def _key_tiles(k_ptr, v_ptr, b, h_kv, offs_n, offs_d, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs):
+    # The K/V head a query block reads (its batch b, K/V head h_kv) and one tile's offsets within it:
+    # (k_base, v_base, k_offs, v_offs).
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + h_kv.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + h_kv.to(tl.int64) * stride_vh
+    return (k_base, v_base, offs_n[:, None] * stride_ks + offs_d[None, :], offs_n[:, None] * stride_vs + offs_d[None, :])
+
+
+@triton.jit
 def _attention_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, k_desc, v_desc, mask_ptr,
     seq_q, seq_k, n_heads, group, qk_scale,
@@ -165,13 +174,11 @@ def _attention_fwd_kernel(
     row_in = offs_m < seq_q
     q_rows = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh + offs_m.to(tl.int64)[:, None] * stride_qs
     q = tl.load(q_rows + offs_d[None, :], mask=row_in[:, None], other=0.0)
-    k_base = k_ptr + b.to(tl.int64) * stride_kb + h_kv.to(tl.int64) * stride_kh
-    v_base = v_ptr + b.to(tl.int64) * stride_vb + h_kv.to(tl.int64) * stride_vh
+    k_base, v_base, k_offs, v_offs = _key_tiles(k_ptr, v_ptr, b, h_kv, offs_n, offs_d, stride_kb, stride_kh, stride_ks,
+                                                stride_vb, stride_vh, stride_vs)
     mask_base = mask_ptr
     if KEY_MASK:
         mask_base += b.to(tl.int64) * stride_mb
-    k_offs = offs_n[:, None] * stride_ks + offs_d[None, :]
-    v_offs = offs_n[:, None] * stride_vs + offs_d[None, :]
     m = tl.full([BLOCK_M], -float("inf"), tl.float32)
     d = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -380,13 +387,11 @@ def _attention_bwd_q_kernel(
     # Rows past seq_q take lse = +inf, so their P is 0 without a row mask in the loop.
     lse2 = tl.load(lse_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_in, other=float("inf")) * _LOG2E
     delta = tl.load(delta_ptr + bh.to(tl.int64) * seq_q + offs_m, mask=row_in, other=0.0)
-    k_base = k_ptr + b.to(tl.int64) * stride_kb + h_kv.to(tl.int64) * stride_kh
-    v_base = v_ptr + b.to(tl.int64) * stride_vb + h_kv.to(tl.int64) * stride_vh
+    k_base, v_base, k_offs, v_offs = _key_tiles(k_ptr, v_ptr, b, h_kv, offs_n, offs_d, stride_kb, stride_kh, stride_ks,
+                                                stride_vb, stride_vh, stride_vs)
     mask_base = mask_ptr
     if KEY_MASK:
         mask_base += b.to(tl.int64) * stride_mb
-    k_offs = offs_n[:, None] * stride_ks + offs_d[None, :]
-    v_offs = offs_n[:, None] * stride_vs + offs_d[None, :]
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     causal_offset, n_full, hi = _key_range(start_m, seq_q, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
     dq = _bwd_q_tiles(dq, q, do, lse2, delta, k_base, v_base, k_offs, v_offs, mask_base, offs_m, offs_n, 0, n_full,

@@ -1,7 +1,6 @@
 """The op-by-op breakdown: kernels attributed to calls and ops through the profiler trace's correlation ids,
 per-call kernel time, span and gap; and the record's check of the stored block."""
 
-import json
 import time
 
 import pytest
@@ -9,20 +8,7 @@ import pytest
 from lab.evidence.checks import RecordError
 from lab.evidence.record_parts import breakdown
 from lab.measure.breakdown import CALL, breakdown_from_trace
-
-
-def _annotation(name, ts, dur, tid=1):
-    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": tid}
-
-
-def _launch(correlation, ts, tid=1):
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1, "tid": tid,
-            "args": {"correlation": correlation}}
-
-
-def _kernel(name, correlation, ts, dur):
-    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": 7,
-            "args": {"correlation": correlation}}
+from labtools import FakeProfiler, annotation_event, kernel_event, launch_event, records_with_breakdowns
 
 
 def _classify(kernel: str, labels: tuple[str, ...]) -> str:
@@ -37,19 +23,19 @@ def _two_calls():
     corr = 0
     for i, scale in enumerate((1, 2)):
         base = 1000 * i
-        events.append(_annotation(CALL, base, 500))
-        events.append(_annotation("norm", base + 10, 20))
-        events.append(_annotation("block", base + 60, 100))
-        events.append(_annotation("attention", base + 70, 50))
+        events.append(annotation_event(CALL, base, 500))
+        events.append(annotation_event("norm", base + 10, 20))
+        events.append(annotation_event("block", base + 60, 100))
+        events.append(annotation_event("attention", base + 70, 50))
         gpu = base + 100
         for name, host_ts, dur in (("rms_kernel", base + 15, 10), ("sm90_gemm", base + 40, 40),
                                    ("attn_a", base + 80, 20), ("attn_b", base + 90, 30)):
             corr += 1
-            events.append(_launch(corr, host_ts))
-            events.append(_kernel(name, corr, gpu, dur * scale))
+            events.append(launch_event(corr, host_ts))
+            events.append(kernel_event(name, corr, gpu, dur * scale))
             gpu += dur * scale + 5  # a 5 us gap after each kernel
-    events.append(_launch(99, 5000))
-    events.append(_kernel("stray", 99, 5100, 1000))
+    events.append(launch_event(99, 5000))
+    events.append(kernel_event("stray", 99, 5100, 1000))
     return events
 
 
@@ -70,52 +56,19 @@ def test_kernels_go_to_their_op_and_call():
     assert result["span_ms"] == pytest.approx(0.165)
 
 
-class _FakeProfiler:
+class _FakeProfiler(FakeProfiler):
     """Stands in for torch.profiler on the CPU: while it is on, each call of the code under test takes longer
     to queue (as under the real profiler) and leaves a launch and a kernel in the trace; record_function leaves
-    an annotation around what it wraps."""
+    an annotation around what it wraps. The profiling sessions' events pile up in one trace."""
 
     def __init__(self, slowdown_s: float):
-        self.on, self.slowdown_s, self.events, self.t = False, slowdown_s, [], 0
-
-    def profile(self, activities):
-        fake = self
-
-        class Context:
-            def __enter__(self):
-                fake.on = True
-                return self
-
-            def __exit__(self, *exc):
-                fake.on = False
-
-            def export_chrome_trace(self, path):
-                with open(path, "w", encoding="utf-8") as f:
-                    json.dump({"traceEvents": fake.events}, f)
-
-        return Context()
-
-    def record_function(self, name):
-        fake = self
-
-        class Annotation:
-            def __enter__(self):
-                self.start = fake.t
-                fake.t += 1
-
-            def __exit__(self, *exc):
-                fake.events.append(_annotation(name, self.start, fake.t - self.start))
-                fake.t += 1
-
-        return Annotation()
+        super().__init__(fresh_sessions=False, kernel_spacing=1)
+        self.slowdown_s = slowdown_s
 
     def call(self):
         if self.on:
             time.sleep(self.slowdown_s)
-            self.t += 1
-            self.events.append(_launch(self.t, self.t))
-            self.events.append(_kernel("k", self.t, 10_000 + self.t, 5))
-            self.t += 1
+            self.kernel("k")
 
 
 class _FakeClock:
@@ -130,14 +83,10 @@ class _FakeClock:
 
 
 def test_the_hold_outlasts_the_profiled_queueing_and_the_warm_up_is_left_out(monkeypatch):
-    import torch.profiler
-
     from lab.measure import breakdown as bd
 
     fake = _FakeProfiler(slowdown_s=0.02)  # 20 ms to queue a call under the profiler, ~0 without it
-    monkeypatch.setattr(torch.profiler, "profile", fake.profile)
-    monkeypatch.setattr(torch.profiler, "record_function", fake.record_function)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    fake.install(monkeypatch)
     monkeypatch.setattr(bd, "measure_eager_breakdown", lambda calls, classify: {"error": "not here"})
     clock = _FakeClock()
     result = bd.measure_breakdown(fake.call, _classify, clock, calls=3, warmup=2)
@@ -185,7 +134,6 @@ def test_the_record_check_refuses_a_bad_breakdown(change, field):
 # On the page: the chart and the tables, from a fixture record given breakdowns
 # --------------------------------------------------------------------------------------------------------
 
-import shutil  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -201,20 +149,9 @@ HOSTILE_OP = "<script>alert(1)</script>|op"
 
 
 def _records_with_breakdowns(tmp_path: Path) -> Path:
-    records = tmp_path / "records"
-    shutil.copytree(FIXTURES / "records" / "fixture-single", records / "fixture-single")
-    path = records / "fixture-single" / "20260302T090000Z-nvidia-test-gpu-b-b2b2b2.json"
-    data = json.loads(path.read_text())
-    for point in data["points"]:
-        for result in point["results"].values():
-            if result["status"] == "ok":
-                p50 = result["p50_ms"]
-                result["breakdown"] = {"method": "synthetic", "calls": 5, "kernel_ms": 0.9 * p50,
-                                       "span_ms": 1.1 * p50, "gap_ms": 0.2 * p50,
-                                       "ops": [{"op": "norm", "ms": 0.3 * p50, "kernels": 1},
-                                               {"op": HOSTILE_OP, "ms": 0.6 * p50, "kernels": 2}]}
-    path.write_text(json.dumps(data))
-    return records
+    return records_with_breakdowns(tmp_path, lambda p50: {
+        "method": "synthetic", "calls": 5, "kernel_ms": 0.9 * p50, "span_ms": 1.1 * p50, "gap_ms": 0.2 * p50,
+        "ops": [{"op": "norm", "ms": 0.3 * p50, "kernels": 1}, {"op": HOSTILE_OP, "ms": 0.6 * p50, "kernels": 2}]})
 
 
 def test_a_run_with_breakdowns_gets_a_chart_and_escaped_tables(tmp_path):

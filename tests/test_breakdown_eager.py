@@ -2,9 +2,7 @@
 lab's kernels or torch's), and how the pages show both: from synthetic traces and records, on the CPU."""
 
 import functools
-import json
 import re
-import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -17,25 +15,12 @@ from lab.evidence.record_parts import breakdown
 from lab.evidence.records import EagerResult
 from lab.evidence.stats import summarize
 from lab.measure.breakdown import CALL, breakdown_from_trace, eager_breakdown_from_trace
+from labtools import FakeProfiler, annotation_event, kernel_event, launch_event, records_with_breakdowns
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lab"
 sys.path.insert(0, str(FIXTURES))
 import lab_fixture_experiments as fx  # noqa: E402
 import lab_synthetic as syn  # noqa: E402
-
-
-def _annotation(name, ts, dur, tid=1):
-    return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur, "tid": tid}
-
-
-def _launch(correlation, ts, tid=1):
-    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts, "dur": 1, "tid": tid,
-            "args": {"correlation": correlation}}
-
-
-def _kernel(name, correlation, ts, dur):
-    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": 7,
-            "args": {"correlation": correlation}}
 
 
 class _Classify:
@@ -55,18 +40,18 @@ def _back_to_back(late=(30.0, 30.0, 30.0)):
     events, corr, gpu = [], 0, 0.0
     leads = (50.0, 40.0, 40.0)
     corr += 1
-    events += [_launch(corr, 0), _kernel("warm", corr, 0, 10)]
+    events += [launch_event(corr, 0), kernel_event("warm", corr, 0, 10)]
     gpu = 10.0
     for i, lead in enumerate(leads):
         host = 1000.0 * (i + 1)
-        events.append(_annotation(CALL, host, 500))
-        events.append(_annotation("norm", host + 10, 10))
-        events.append(_annotation("attention", host + 60, 30))
+        events.append(annotation_event(CALL, host, 500))
+        events.append(annotation_event("norm", host + 10, 10))
+        events.append(annotation_event("attention", host + 60, 30))
         gpu += lead
         for name, host_ts, dur, gap_after in (("_lab_norm", host + 12, 5, late[i]), ("sm90_gemm", host + 40, 20, 0),
                                                ("_lab_attn", host + 65, 10, 2), ("copy", host + 70, 4, 0)):
             corr += 1
-            events += [_launch(corr, host_ts), _kernel(name, corr, gpu, dur)]
+            events += [launch_event(corr, host_ts), kernel_event(name, corr, gpu, dur)]
             gpu += dur + gap_after
     return events
 
@@ -98,8 +83,8 @@ def test_a_call_with_nothing_before_it_has_no_lead_and_overlaps_never_count_as_i
     result = eager_breakdown_from_trace(events, _Classify())
     assert result["lead_ms"] == pytest.approx(0.040)  # the first call (no predecessor) is left out
     # Two kernels on two streams overlapping: the second starts before the first ends, no idle time.
-    overlap = [_annotation(CALL, 0, 100), _launch(1, 1), _kernel("a", 1, 10, 50), _launch(2, 2),
-               _kernel("b", 2, 30, 10)]
+    overlap = [annotation_event(CALL, 0, 100), launch_event(1, 1), kernel_event("a", 1, 10, 50),
+               launch_event(2, 2), kernel_event("b", 2, 30, 10)]
     result = eager_breakdown_from_trace(overlap, _Classify())
     assert result["gap_ms"] == 0.0 and all(o["gap_ms"] == 0.0 for o in result["ops"])
 
@@ -116,50 +101,6 @@ def test_each_op_records_its_lab_kernels_its_longest_kernel_and_its_class():
     assert all("lab_kernels" not in o for o in plain["ops"])
 
 
-class _FakeProfiler:
-    """torch.profiler on the CPU: each call of the code under test leaves a launch and a kernel in the trace;
-    record_function leaves an annotation around what it wraps."""
-
-    def __init__(self):
-        self.events, self.t = [], 0
-
-    def profile(self, activities):
-        fake = self
-
-        class Context:
-            def __enter__(self):
-                fake.events = []  # each profiling session exports its own trace
-                return self
-
-            def __exit__(self, *exc):
-                pass
-
-            def export_chrome_trace(self, path):
-                with open(path, "w", encoding="utf-8") as f:
-                    json.dump({"traceEvents": fake.events}, f)
-
-        return Context()
-
-    def record_function(self, name):
-        fake = self
-
-        class Annotation:
-            def __enter__(self):
-                self.start = fake.t
-                fake.t += 1
-
-            def __exit__(self, *exc):
-                fake.events.append(_annotation(name, self.start, fake.t - self.start))
-                fake.t += 1
-
-        return Annotation()
-
-    def kernel(self, name):
-        self.t += 1
-        self.events += [_launch(self.t, self.t), _kernel(name, self.t, 10_000 + 10 * self.t, 5)]
-        self.t += 1
-
-
 class _Clock:
     flush_bytes = 1 << 20
 
@@ -171,12 +112,10 @@ class _Clock:
 
 
 def _fake_profiler(monkeypatch):
-    import torch.profiler
-
-    fake = _FakeProfiler()
-    monkeypatch.setattr(torch.profiler, "profile", fake.profile)
-    monkeypatch.setattr(torch.profiler, "record_function", fake.record_function)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    """torch.profiler on the CPU, each profiling session exporting its own trace; the code under test leaves a
+    launch and a kernel in it through the fake's `kernel`."""
+    fake = FakeProfiler(fresh_sessions=True, kernel_spacing=10)
+    fake.install(monkeypatch)
 
     def no_kineto(*args, **kwargs):  # the annotations-only profiler falls back to torch.profiler.profile
         raise TypeError("no Kineto here")
@@ -347,29 +286,22 @@ HOSTILE = "<script>alert(1)</script>|x"
 
 
 def _records(tmp_path: Path, with_eager: bool) -> Path:
-    records = tmp_path / "records"
-    shutil.copytree(FIXTURES / "records" / "fixture-single", records / "fixture-single")
-    path = records / "fixture-single" / "20260302T090000Z-nvidia-test-gpu-b-b2b2b2.json"
-    data = json.loads(path.read_text())
-    for point in data["points"]:
-        for result in point["results"].values():
-            if result["status"] == "ok":
-                p50 = result["p50_ms"]
-                ops = [{"op": "norm", "ms": 0.3 * p50, "kernels": 1},
-                       {"op": HOSTILE, "ms": 0.6 * p50, "kernels": 2}]
-                if with_eager:
-                    ops[0].update(lab_kernels=1, kernel=HOSTILE, group="norms")
-                    ops[1].update(lab_kernels=0, kernel="nvjet_tst", group=HOSTILE)
-                block = {"method": "synthetic", "calls": 5, "kernel_ms": 0.9 * p50, "span_ms": p50,
-                         "gap_ms": 0.1 * p50, "ops": ops}
-                if with_eager:
-                    block["eager"] = {"method": "synthetic", "calls": 10, "kernel_ms": 0.9 * p50,
-                                      "span_ms": 1.2 * p50, "gap_ms": 0.3 * p50, "lead_ms": 0.2 * p50,
-                                      "ops": [{"op": "norm", "ms": 0.3 * p50, "kernels": 1, "gap_ms": 0.0},
-                                              {"op": HOSTILE, "ms": 0.6 * p50, "kernels": 2, "gap_ms": 0.3 * p50}]}
-                result["breakdown"] = block
-    path.write_text(json.dumps(data))
-    return records
+    def block_of(p50):
+        ops = [{"op": "norm", "ms": 0.3 * p50, "kernels": 1},
+               {"op": HOSTILE, "ms": 0.6 * p50, "kernels": 2}]
+        if with_eager:
+            ops[0].update(lab_kernels=1, kernel=HOSTILE, group="norms")
+            ops[1].update(lab_kernels=0, kernel="nvjet_tst", group=HOSTILE)
+        block = {"method": "synthetic", "calls": 5, "kernel_ms": 0.9 * p50, "span_ms": p50,
+                 "gap_ms": 0.1 * p50, "ops": ops}
+        if with_eager:
+            block["eager"] = {"method": "synthetic", "calls": 10, "kernel_ms": 0.9 * p50,
+                              "span_ms": 1.2 * p50, "gap_ms": 0.3 * p50, "lead_ms": 0.2 * p50,
+                              "ops": [{"op": "norm", "ms": 0.3 * p50, "kernels": 1, "gap_ms": 0.0},
+                                      {"op": HOSTILE, "ms": 0.6 * p50, "kernels": 2, "gap_ms": 0.3 * p50}]}
+        return block
+
+    return records_with_breakdowns(tmp_path, block_of)
 
 
 @pytest.mark.parametrize("with_eager", [True, False])

@@ -25,6 +25,7 @@ from lab.publish.collect import collect_evidence  # noqa: E402
 
 from lab.publish.render import GENERATED_HEADER, render_outputs, write_outputs  # noqa: E402
 from lab.evidence.verdict import INCONCLUSIVE, NO_EVIDENCE, REJECTED, STALE, SUPPORTED  # noqa: E402
+from labtools import page_table  # noqa: E402
 
 RECORDS = FIXTURES / "records"
 GOLDEN = FIXTURES / "golden"
@@ -332,27 +333,13 @@ def _flops_evidence(flop_model: bool):
     return experiment, evidence, cases, flops_of
 
 
-def _table(page: str, header_start: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The header cells and the rows (by case) of the first table whose header begins `header_start`."""
-    lines = page.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
-    header = [c.strip() for c in lines[start].strip("|").split("|")]
-    rows = {}
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[cells[0]] = cells
-    return header, rows
-
-
 def test_a_sweep_with_a_flop_model_shows_tflops_beside_each_time():
     from lab.publish import formatting as fmt
 
     experiment, evidence, cases, flops_of = _flops_evidence(flop_model=True)
     page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
 
-    header, rows = _table(page, "| Case | `subject` µs |")
+    header, rows = page_table(page, "| Case | `subject` µs |")
     assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "TFLOP/s", "Best baseline, µs", "its TFLOP/s",
                       "Speedup [95% CI]", "Word"]
     assert sorted(rows) == sorted(cases)
@@ -368,7 +355,7 @@ def test_a_sweep_with_a_flop_model_shows_tflops_beside_each_time():
             assert float(cell) == pytest.approx(flops / (ms * 1e-3) / 1e12, rel=5e-3)
     assert rows["c1"][3] == "6.00" and rows["c2"][5] == "2.40", "FLOPs over the median time, in TFLOP/s"
 
-    header, rows = _table(page, "| Case | Dtype | `subject` eager µs |")
+    header, rows = page_table(page, "| Case | Dtype | `subject` eager µs |")
     assert header == ["Case", "Dtype", "`subject` eager µs", "its host µs", "its GB/s", "its TFLOP/s",
                       "Best baseline, eager µs", "its host µs", "its TFLOP/s", "Speedup [95% CI]", "Word"]
     for case, (_, _, subject_ms, base_ms) in cases.items():
@@ -383,9 +370,9 @@ def test_a_sweep_with_a_flop_model_shows_tflops_beside_each_time():
 def test_a_sweep_without_a_flop_model_has_no_tflops_column():
     experiment, evidence, _, _ = _flops_evidence(flop_model=False)
     page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
-    header, rows = _table(page, "| Case | `subject` µs |")
+    header, rows = page_table(page, "| Case | `subject` µs |")
     assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
     assert len(rows) == 3
-    header, _ = _table(page, "| Case | Dtype | `subject` eager µs |")
+    header, _ = page_table(page, "| Case | Dtype | `subject` eager µs |")
     assert "its TFLOP/s" not in header
     assert "TFLOP/s" not in page

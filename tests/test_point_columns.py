@@ -20,6 +20,7 @@ from lab.evidence.store import write_record  # noqa: E402
 from lab.publish import formatting as fmt  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
 from lab.publish.render import render_outputs  # noqa: E402
+from labtools import page_table  # noqa: E402
 
 HASHES = {"kernels/k.py": "a" * 64}
 SCORE_COLUMN = PointColumn("Unfused S² bytes", "the scores an unfused path writes, 12 bytes a score",
@@ -41,24 +42,11 @@ def _page(columns, shapes: dict[str, dict], cpu: bool = False) -> str:
     return render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
 
 
-def _table(page: str, header_start: str) -> tuple[list[str], dict[str, list[str]]]:
-    lines = page.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
-    header = [c.strip() for c in lines[start].strip("|").split("|")]
-    rows = {}
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[cells[0]] = cells
-    return header, rows
-
-
 @pytest.mark.parametrize("cpu", [False, True])
 def test_each_point_shows_its_declared_quantities_beside_its_timings(cpu):
     shapes = {"c1": {"M": 4, "N": 1024}, "c2": {"M": 1, "N": 65536}, "old": {"K": 3}}
     page = _page((SCORE_COLUMN, FUSED_COLUMN), shapes, cpu=cpu)
-    header, rows = _table(page, "| Case | Unfused S² bytes |")
+    header, rows = page_table(page, "| Case | Unfused S² bytes |")
     assert header[:4] == ["Case", "Unfused S² bytes", "Fused bytes", "`subject` µs"]
     assert rows["c1"][1] == "48 MiB" == fmt.size_bytes(12 * 4 * 1024**2)
     assert rows["c2"][1] == "48 GiB"
@@ -81,7 +69,7 @@ def test_a_column_that_fails_or_gives_nothing_shows_a_dash():
                PointColumn("Negative", "gives a negative count", value=lambda case, dtype: -1, unit="count"),
                PointColumn("Count", "a whole number", value=lambda case, dtype: case["N"] * 1000, unit="count"))
     page = _page(columns, {"c1": {"M": 2, "N": 8}, "c2": {"M": 2, "N": 9}})
-    _, rows = _table(page, "| Case | Broken |")
+    _, rows = page_table(page, "| Case | Broken |")
     assert rows["c1"][1:5] == [fmt.DASH, fmt.DASH, fmt.DASH, "8,000"]
     assert rows["c2"][1:5] == ["2 B", fmt.DASH, fmt.DASH, "9,000"]
 
@@ -106,7 +94,7 @@ def test_a_single_point_page_names_the_quantities_under_its_table():
 
 def test_no_declared_columns_no_extra_column():
     page = _page((), {"c1": {"M": 2, "N": 8}, "c2": {"M": 2, "N": 16}})
-    header, _ = _table(page, "| Case | `subject` µs |")
+    header, _ = page_table(page, "| Case | `subject` µs |")
     assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
     assert "Fused bytes" not in page
 

@@ -99,3 +99,72 @@ def test_round12_kernel_meets_at_the_cluster_barrier_after_storing_its_partials(
     body = ptx[:arrive]
     assert body.count("st.global.b32") >= 2  # m and d, before the barrier
     assert "ld.global.cg" in ptx[arrive:] and "ld.global.cg" not in body
+
+
+@pytest.mark.parametrize("n", [40, 64, 77, 300])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_round14_packed_forward_matches_the_lab_kernel_bit_for_bit(n, dtype):
+    """Round 14's kernels under the interpreter (one slice a row, and one row a program): the words unpacked,
+    reduced and packed back give the lab's forward within one unit of the last place (its sums may add in
+    another order), cut rows (n not a multiple of 16) included."""
+    import probe_any_n_packed as packed
+
+    from kernels import reference
+    from kernels.softmax import softmax
+
+    x = (torch.randn(5, n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
+    want = softmax(x)
+    for y in (packed.split_forward(x, 512, 4, False)(), packed.row_forward(x, 4)()):
+        assert not torch.isnan(y).any()
+        assert (y.double() - want.double()).abs().max() <= torch.finfo(dtype).eps
+    assert (want.double() - reference.softmax_float64(x)).abs().max() <= 4e-3
+
+
+def test_round14_candidates_cover_the_rows_they_name():
+    import probe_any_n_packed as packed
+
+    for n, dtype in packed.ROUND14_N:
+        assert dtype in packed.NEG_INF_PAIR
+        names = [name for name, _ in packed.round14_candidates(n)]
+        assert names and len(set(names)) == len(names)
+        for block_n, _, _ in packed.ROUND14_SPLITS:
+            assert packed.slices(n, block_n) * block_n >= n + (n % 16 != 0) * 16
+    assert callable(packed.run_round14)
+    with pytest.raises(ValueError, match="2-byte"):
+        packed.row_forward(torch.zeros(2, 64), 4)
+
+
+_COMPILE_PACKED_FOR_HOPPER = """
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
+import torch
+import probe_any_n_packed as packed
+kernel = packed._fwd_split_packed_kernel
+signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "part_m_ptr": "*fp32", "part_d_ptr": "*fp32", "sync_ptr": "*i32",
+             "n_cols": "i32", "n_splits": "i32", "x_row_stride": "i32", "y_row_stride": "i32"}
+constexprs = {"BLOCK_N": 8192, "SPLITS_POW2": 8, "EDGES": True, "VEC": 8, "CLUSTER": False, "IS_BF16": True,
+              "NEG_INF": packed.NEG_INF_PAIR[torch.bfloat16], "OPAQUE": True}
+attrs = {(kernel.arg_names.index(k),): [["tt.divisibility", 16]] for k, v in signature.items() if v[0] == "*"}
+src = ASTSource(fn=kernel, signature={**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs=constexprs,
+                attrs=attrs)
+print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"])
+"""
+
+
+def test_round14_kernel_loads_words_as_vectors_and_unpacks_them_again_after_the_wait(tmp_path):
+    """Compiled for Hopper with the launch's pointer alignment, without a GPU: the body is loaded and stored as
+    16-byte vectors of words, and the words are unpacked again after the row's slices have met."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    root = str(Path(__file__).resolve().parents[1])
+    ptx = subprocess.run([sys.executable, "-c", _COMPILE_PACKED_FOR_HOPPER, root], env=env, check=True,
+                         capture_output=True, text=True, timeout=300).stdout
+    assert ptx.count("ld.global.v4.b32") == 8 and ptx.count("st.global.v4.b32") == 8  # 64 lanes a thread
+    wait = ptx.index("release.exch")  # the last slice's reset of the row's counter, in the arrival
+    assert ptx.count("ex2.approx", 0, wait) >= 64 and ptx.count("ex2.approx", wait) >= 64  # exp again for the store

@@ -228,12 +228,14 @@ def split_forward(x: torch.Tensor, block_n: int, warps: int, cluster: bool, maxn
     return run
 
 
-def row_forward(x: torch.Tensor, warps: int):
+def row_forward(x: torch.Tensor, warps: int, maxnreg: int | None = None):
     """A callable writing softmax(x), one row a program holding its row packed."""
     m, n = x.shape
     y = torch.empty_like(x)
     block_n = triton.next_power_of_2(n)
     meta = dict(BLOCK_N=block_n, num_warps=warps, **_meta(x, y))
+    if maxnreg:
+        meta["maxnreg"] = maxnreg
 
     def run():
         _fwd_row_packed_kernel[(m,)](x, y, n, x.stride(0), y.stride(0), **meta)
@@ -248,7 +250,10 @@ def row_forward(x: torch.Tensor, warps: int):
 # lanes on 4 warps at 91 registers). Clustered, 127 and 228 uncapped.
 ROUND14_SPLITS = ((8192, 4, None), (8192, 4, 64), (16384, 4, 104), (16384, 4, 96), (16384, 8, 64))
 ROUND14_CLUSTERS = ((8192, 4, 64), (16384, 4, 96), (16384, 8, 64))
-ROUND14_ROW_WARPS = (8, 16, 32)
+# One row a program: 64 lanes a thread (warps = lanes / 2048), uncapped and capped. Compiled as above, 16,384
+# lanes on 8 warps hold in 121 registers packed, 72 capped without spilling (the lab's one-row kernel needs 80
+# to spill nothing); 32,768 on 16 warps likewise.
+ROUND14_ROW_CAPS = (None, 72, 64)
 ROUND14_ROW_MAX_N = 65536
 # 2-byte lengths below the forward's targets in the records at 31439f9: one-row plans of 9,512-22,403, split rows
 # of 33,333-262,144 (powers of two among them).
@@ -282,9 +287,11 @@ def round14_candidates(n: int) -> list[tuple[str, object]]:
             out.append((f"packed:cluster{slices(n, block_n)}x{block_n}w{warps}r{cap or 0}",
                         _deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, True, c))))
     if n <= ROUND14_ROW_MAX_N:
-        for warps in ROUND14_ROW_WARPS:
-            out.append((f"packed:row{triton.next_power_of_2(n)}w{warps}",
-                        _deferred(lambda x, w=warps: row_forward(x, w))))
+        block_n = triton.next_power_of_2(n)
+        warps = max(1, block_n // 2048)
+        for cap in ROUND14_ROW_CAPS:
+            out.append((f"packed:row{block_n}w{warps}r{cap or 0}",
+                        _deferred(lambda x, w=warps, c=cap: row_forward(x, w, c))))
     return out
 
 

@@ -20,12 +20,14 @@ head and tail stay fp32, as in the lab's kernels) or be aligned whole.
 
 Candidates, forward only, 2-byte: split rows meeting through tickets (the lab's scheme) and as one cluster
 (rounds 12-13's), slices of 8192 and 16,384 lanes; one row a program (no wait) up to 65,536 lanes; beside the
-auto plan and the peers. The kernels run under Triton's interpreter too (one slice a row, or one row a
+auto plan and the peers. At the one-row lengths below 90%, also the lab's own kernel on other warps and
+lanes (round14_plans): the warps of its table are fp32's, 16 elements a thread at 4096 and 8192 lanes. The kernels run under Triton's interpreter too (one slice a row, or one row a
 program), which tests/test_probe_any_n.py uses to check them against float64.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -43,7 +45,7 @@ from kernels._checks import interpreter_enabled  # noqa: E402
 from kernels._launch import MAX_CLUSTER, bind  # noqa: E402
 from kernels.softmax import plan_softmax  # noqa: E402
 from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
-from kernels.softmax_plan import MAX_SPLITS  # noqa: E402
+from kernels.softmax_plan import MAX_SPLITS, SoftmaxPlan  # noqa: E402
 from kernels.softmax_split_row_kernels import _arrive_and_wait, _cluster_barrier, _take_ticket  # noqa: E402
 
 # Two -inf elements in one word (the fill of masked words): bf16 0xFF80, fp16 0xFC00, as a signed int32.
@@ -295,10 +297,52 @@ def round14_candidates(n: int) -> list[tuple[str, object]]:
     return out
 
 
+# One-row 2-byte lengths below 90% in the records at 31439f9 (85-90%), where the plans' warps come from fp32's
+# table (16 elements a thread at 4096 and 8192 lanes): the lab's own kernel on half the warps, a 4096 head with
+# a tail of up to 1024 lanes on 4 warps (the backward's rule), the pipelined plans as one row a program, and
+# the packed one-row kernel.
+ROUND14_SINGLE_N = tuple((n, torch.bfloat16) for n in (2057, 2490, 4610, 4709, 4993, 9177, 9512, 10193, 10920,
+                                                       11261, 19211))
+ROUND14_SINGLE_N += ((2057, torch.float16), (4610, torch.float16), (10920, torch.float16))
+
+
+def round14_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    """The auto plan and the lab-kernel variants round 14 times at a one-row length."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    out = [("auto", auto)]
+    if auto.impl != "single_block":
+        return out
+    one_row = dataclasses.replace(auto, stages=1, grid=m)
+    variants = [one_row] if auto.stages > 1 else []
+    if one_row.num_warps > 1:
+        variants.append(dataclasses.replace(one_row, num_warps=one_row.num_warps // 2))
+    lanes = n + (16 if auto.edges else 0)
+    if 4096 < lanes <= 5120:
+        variants.append(dataclasses.replace(one_row, block_n=4096, tail_n=1024, num_warps=4))
+    if 8192 < lanes <= 10240:
+        variants.append(dataclasses.replace(one_row, block_n=8192, tail_n=2048, num_warps=8))
+    if 8192 < lanes <= 16384:
+        variants.append(dataclasses.replace(one_row, block_n=16384, tail_n=0, num_warps=8))
+    seen = {auto}
+    for plan in variants:
+        if plan not in seen:
+            seen.add(plan)
+            out.append((f"one-row/{plan.block_n}+{plan.tail_n}w{plan.num_warps}", plan))
+    return out
+
+
 def run_round14(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
     from probe_any_n import probe_shape
 
     rows: list[dict] = []
+    for n, dtype in ROUND14_SINGLE_N:
+        if time.time() - start > deadline:
+            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+            return rows
+        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, round14_plans, None, ("forward",),
+                            round14_candidates(n))
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
     for n, dtype in ROUND14_N:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}

@@ -120,8 +120,10 @@ def test_round14_packed_forward_matches_the_lab_kernel_bit_for_bit(n, dtype):
     assert (want.double() - reference.softmax_float64(x)).abs().max() <= 4e-3
 
 
-@pytest.mark.parametrize("n", [2057, 4610, 9177, 9512, 19211])
-def test_round14_plans_are_one_row_plans_that_hold_the_row(n, monkeypatch):
+@pytest.mark.parametrize("n,dtype", [(2057, torch.bfloat16), (4610, torch.bfloat16), (9177, torch.bfloat16),
+                                     (9512, torch.bfloat16), (19211, torch.bfloat16), (4396, torch.float32),
+                                     (8244, torch.float32)], ids=str)
+def test_round14_plans_are_one_row_plans_that_hold_the_row(n, dtype, monkeypatch):
     """The lab-kernel variants of round 14, planned as on a GPU of 132 SMs (the pipelined plans among them):
     one row a program, every lane of the row held, and under the interpreter equal to the auto plan's output."""
     import dataclasses
@@ -132,20 +134,21 @@ def test_round14_plans_are_one_row_plans_that_hold_the_row(n, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: type("P", (), {"multi_processor_count": 132}))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    plans = packed.round14_plans(1000, n, torch.bfloat16, "forward")
+    plans = packed.round14_plans(1000, n, dtype, "forward")
     assert plans[0][0] == "auto" and len({name for name, _ in plans}) == len(plans) > 1
-    x = (torch.randn(2, n, generator=torch.Generator().manual_seed(n)) * 3).to(torch.bfloat16)
+    x = (torch.randn(2, n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
     want = softmax_fwd(x, dataclasses.replace(plans[0][1], stages=1, grid=2))
     for name, plan in plans[1:]:
         assert plan.impl == "single_block" and plan.stages == 1 and plan.rows_per_program == 1, name
         assert plan.block_n + plan.tail_n >= n + 16 * plan.edges, name
         y = softmax_fwd(x, dataclasses.replace(plan, grid=2))
-        assert (y.double() - want.double()).abs().max() <= torch.finfo(torch.bfloat16).eps, name
+        assert (y.double() - want.double()).abs().max() <= torch.finfo(dtype).eps, name
 
 
 def test_round14_candidates_cover_the_rows_they_name():
     import probe_any_n_packed as packed
 
+    assert all(dtype == torch.float32 for _, dtype in packed.ROUND14_FP32_N)
     for n, dtype in packed.ROUND14_N + packed.ROUND14_SINGLE_N:
         assert dtype in packed.NEG_INF_PAIR
         names = [name for name, _ in packed.round14_candidates(n)]

@@ -304,6 +304,10 @@ def round14_candidates(n: int) -> list[tuple[str, object]]:
 ROUND14_SINGLE_N = tuple((n, torch.bfloat16) for n in (2057, 2490, 4610, 4709, 4993, 9177, 9512, 10193, 10920,
                                                        11261, 19211))
 ROUND14_SINGLE_N += ((2057, torch.float16), (4610, torch.float16), (10920, torch.float16))
+# ...and the two fp32 forward lengths where Liger led in those records (4396 and 8244: 0.980x and 0.985x, the
+# lab at 98.6-98.7% of the ceiling on a head plus a short tail, Liger on one padded block at 32 elements a
+# thread), with two fp32 tail lengths beside them: one padded block at 32 and 16 elements a thread.
+ROUND14_FP32_N = tuple((n, torch.float32) for n in (4396, 4610, 8244, 9177))
 
 
 def round14_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
@@ -317,11 +321,15 @@ def round14_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tu
     if one_row.num_warps > 1:
         variants.append(dataclasses.replace(one_row, num_warps=one_row.num_warps // 2))
     lanes = n + (16 if auto.edges else 0)
-    if 4096 < lanes <= 5120:
+    if dtype == torch.float32:
+        padded = triton.next_power_of_2(lanes)
+        variants = [dataclasses.replace(one_row, block_n=padded, tail_n=0, num_warps=w)
+                    for w in (padded // 1024, padded // 512) if 1 <= w <= 32]
+    elif 4096 < lanes <= 5120:
         variants.append(dataclasses.replace(one_row, block_n=4096, tail_n=1024, num_warps=4))
-    if 8192 < lanes <= 10240:
+    if 8192 < lanes <= 10240 and dtype != torch.float32:
         variants.append(dataclasses.replace(one_row, block_n=8192, tail_n=2048, num_warps=8))
-    if 8192 < lanes <= 16384:
+    if 8192 < lanes <= 16384 and dtype != torch.float32:
         variants.append(dataclasses.replace(one_row, block_n=16384, tail_n=0, num_warps=8))
     seen = {auto}
     for plan in variants:
@@ -335,12 +343,12 @@ def run_round14(result: dict, start: float, deadline: float, rounds: int, out: P
     from probe_any_n import probe_shape
 
     rows: list[dict] = []
-    for n, dtype in ROUND14_SINGLE_N:
+    for n, dtype in ROUND14_SINGLE_N + ROUND14_FP32_N:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             return rows
         rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, round14_plans, None, ("forward",),
-                            round14_candidates(n))
+                            round14_candidates(n) if dtype in NEG_INF_PAIR else ())
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     for n, dtype in ROUND14_N:

@@ -194,3 +194,20 @@ def test_round14_kernel_loads_words_as_vectors_and_unpacks_them_again_after_the_
     assert ptx.count("ld.global.v4.b32") == 8 and ptx.count("st.global.v4.b32") == 8  # 64 lanes a thread
     wait = ptx.index("release.exch")  # the last slice's reset of the row's counter, in the arrival
     assert ptx.count("ex2.approx", 0, wait) >= 64 and ptx.count("ex2.approx", wait) >= 64  # exp again for the store
+
+
+def test_round14_caps_the_lab_plans_whose_compiled_kernels_fit_fewer_programs(monkeypatch):
+    """The capped lab candidates: the pipelined 16-warp plan (21,439 on a GPU of 132 SMs) at 64 registers, the
+    split-row 8192 x 4 plan at 80, nothing else; a capped launch writes what the plan's launch writes."""
+    import probe_any_n_packed as packed
+
+    from kernels import softmax_plan
+    from kernels.softmax import plan_softmax, softmax
+
+    monkeypatch.setattr(softmax_plan, "device_sms", lambda *a: 132)
+    names = {n: [name for name, _ in packed.lab_capped_candidates(4000, n, torch.bfloat16)]
+             for n in (9512, 21439, 41187)}
+    assert names == {9512: [], 21439: ["lab:auto-r64"], 41187: ["lab:auto-r80"]}
+    x = (torch.randn(3, 77, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
+    y = packed.lab_capped(x, plan_softmax(3, 77, torch.bfloat16, "auto", True, "forward"), 64)()
+    assert torch.equal(y, softmax(x))

@@ -259,9 +259,31 @@ ROUND14_ROW_CAPS = (None, 72, 64)
 ROUND14_ROW_MAX_N = 65536
 # 2-byte lengths below the forward's targets in the records at 31439f9: one-row plans of 9,512-22,403, split rows
 # of 33,333-262,144 (powers of two among them).
-ROUND14_N = tuple((n, torch.bfloat16) for n in (9512, 17523, 21439, 33333, 41187, 62058, 65536, 97994, 131072,
-                                                162321, 262144))
+ROUND14_N = tuple((n, torch.bfloat16) for n in (9512, 17523, 21439, 22403, 33333, 41187, 62058, 65536, 97994,
+                                                131072, 162321, 262144))
 ROUND14_N += ((21439, torch.float16), (41187, torch.float16), (75029, torch.float16))
+
+
+def lab_capped(x: torch.Tensor, plan: SoftmaxPlan, maxnreg: int):
+    """A callable writing softmax(x) with the lab's forward kernel for `plan`, compiled under a register cap."""
+    from kernels.softmax import _fresh_workspace, _fwd_launch
+
+    y = torch.empty_like(x)
+    kernel, grid, args, meta = _fwd_launch(x, y, plan, _fresh_workspace)
+
+    def run():
+        kernel[grid](*args, **meta, maxnreg=maxnreg)
+        return y
+    return run
+
+
+# The lab's own kernels under a register cap, where the compiled kernel holds fewer programs an SM than its
+# plan assumes (compiled for sm_90 with the launch's alignment, ptxas -v): the pipelined forward of a 16,384
+# head and an 8192 tail on 16 warps (N = 20,481-24,576: 21,439 and 22,403 at 76-78% in the records) uses 128
+# registers a thread, so one program an SM fits where its grid asks for two; capped at 64 (24 bytes spilled)
+# two fit. The split-row forward's 8192 lanes on 4 warps use 91 (five an SM); capped at 80 (20 bytes spilled),
+# six.
+LAB_CAPS = {"pipelined16": 64, "split8192": 80}
 
 
 def _deferred(make):
@@ -339,25 +361,39 @@ def round14_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tu
     return out
 
 
+def lab_capped_candidates(m: int, n: int, dtype: torch.dtype) -> list[tuple[str, object]]:
+    """(name, f(x) -> callable): the auto plan under LAB_CAPS where it applies."""
+    auto = plan_softmax(m, n, dtype, "auto", True, "forward")
+    if auto.impl == "single_block" and auto.stages > 1 and auto.num_warps == 16:
+        cap = LAB_CAPS["pipelined16"]
+    elif auto.impl == "split_row" and (auto.block_n, auto.num_warps) == (8192, 4):
+        cap = LAB_CAPS["split8192"]
+    else:
+        return []
+    return [(f"lab:auto-r{cap}", _deferred(lambda x, p=auto, c=cap: lab_capped(x, p, c)))]
+
+
 def run_round14(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
-    from probe_any_n import probe_shape
+    from probe_any_n import MIN_BYTES, probe_shape
 
     rows: list[dict] = []
     for n, dtype in ROUND14_SINGLE_N + ROUND14_FP32_N:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             return rows
-        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, round14_plans, None, ("forward",),
-                            round14_candidates(n) if dtype in NEG_INF_PAIR else ())
+        m = math.ceil(MIN_BYTES / (2 * n))
+        extra = (round14_candidates(n) if dtype in NEG_INF_PAIR else []) + lab_capped_candidates(m, n, dtype)
+        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, round14_plans, m, ("forward",), extra)
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     for n, dtype in ROUND14_N:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             return rows
+        m = math.ceil(MIN_BYTES / (2 * n))
         rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds,
-                            lambda m, n, d, r: [("auto", plan_softmax(m, n, d, "auto", True, r))], None,
-                            ("forward",), round14_candidates(n))
+                            lambda m, n, d, r: [("auto", plan_softmax(m, n, d, "auto", True, r))], m,
+                            ("forward",), round14_candidates(n) + lab_capped_candidates(m, n, dtype))
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows

@@ -248,8 +248,9 @@ def row_forward(x: torch.Tensor, warps: int, maxnreg: int | None = None):
 # (slice lanes, warps, register cap or None). Compiled for sm_90 with the launch's alignment (bf16, cut rows),
 # the packed kernel holds 8192 lanes on 4 warps in 80 registers a thread (the lab's fp32-holding one: 91), 64
 # under a cap of 64 without spilling (8 programs an SM: 128 KiB of loads in flight); 16,384 lanes on 4 warps in
-# 144, 104 capped without spilling, 96 with 12 bytes spilled (5 programs an SM, 160 KiB: the fp32 rows' 8192
-# lanes on 4 warps at 91 registers). Clustered, 127 and 228 uncapped.
+# 144, 104 capped without spilling, 96 with 12 bytes spilled (5 programs an SM, 160 KiB; fp32 rows' 8192
+# lanes on 4 warps take 107 registers: 4 programs, 128 KiB). Clustered, 127 and 228 uncapped. Read with
+# tools/occupancy.py.
 ROUND14_SPLITS = ((8192, 4, None), (8192, 4, 64), (16384, 4, 104), (16384, 4, 96), (16384, 8, 64))
 ROUND14_CLUSTERS = ((8192, 4, 64), (16384, 4, 96), (16384, 8, 64))
 # One row a program: 64 lanes a thread (warps = lanes / 2048), uncapped and capped. Compiled as above, 16,384

@@ -1,0 +1,59 @@
+"""tools/occupancy.py: the SM's limits applied to a compiled kernel's registers, warps and shared memory, the
+launch's specialisation, and one plan compiled for sm_90 without a GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+import occupancy as occ  # noqa: E402
+
+
+@pytest.mark.parametrize("registers,warps,shared,programs,limit", [
+    (128, 16, 98368, 1, "registers"),  # 128 x 32 x 16 = 65,536 registers: one program
+    (64, 16, 98368, 2, "registers"),
+    (24, 8, 32, 8, "warps"),  # 64 warps an SM
+    (32, 1, 0, 32, "programs"),
+    (40, 4, 80 * 1024, 2, "shared memory"),  # 228 KiB / (80 + 1) KiB
+    (90, 4, 16, 5, "registers"),  # 90 registers round up to 96 a thread: 12,288 a program
+])
+def test_programs_an_sm_follow_the_limit_that_binds(registers, warps, shared, programs, limit):
+    fit = occ.occupancy(registers, warps, shared)
+    assert (fit.programs, fit.limit) == (programs, limit)
+    assert fit.programs == min(fit.by_limit.values())
+
+
+def test_the_signature_is_specialised_as_a_launch_specialises_it():
+    from kernels.softmax import _fwd_launch, _fresh_workspace, plan_softmax
+
+    x = torch.empty(1000, 4096 + 48, dtype=torch.bfloat16, device="meta")
+    plan = plan_softmax(1000, x.shape[1], x.dtype, "auto", True, sms=132)
+    kernel, _, args, meta = _fwd_launch(x, torch.empty_like(x), plan, _fresh_workspace)
+    sig, constexprs, attrs = occ.signature(kernel, args, meta)
+    assert sig["x_ptr"] == "*bf16" and sig["y_ptr"] == "*bf16"
+    assert sig["n_cols"] == "i32" and (kernel.arg_names.index("n_cols"),) in attrs  # 4144 = 16 x 259
+    assert all(sig[name] == "constexpr" for name in constexprs)
+    assert "num_warps" not in sig and constexprs["BLOCK_N"] == plan.block_n
+
+
+def test_a_pipelined_plan_reports_the_programs_its_grid_asks_for(tmp_path):
+    """Compiled for sm_90 outside the interpreter: the 2-byte forward's pipelined plan at N = 21,439 runs on a
+    persistent grid of two programs an SM; the report says how many fit and which limit binds."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "occupancy.py"), "--n", "21439", "--m", "4096"],
+                         env=env, check=True, capture_output=True, text=True, timeout=300).stdout
+    report = json.loads(out)
+    assert report["kernel"] == "_softmax_fwd_rows_pipelined_kernel" and report["plan"]["stages"] > 1
+    assert report["planned_programs_an_sm"] == 2
+    assert 1 <= report["programs_an_sm"] <= 2 and report["limit"] in report["by_limit"]
+    assert 0 < report["registers"] <= 255 and report["shared_bytes"] > 0

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""How many programs of a softmax plan's kernel fit one SM, read from the compiler (no GPU needed).
+
+    python tools/occupancy.py --n 21439 [--m 12521] [--dtype bfloat16] [--direction forward] [--impl auto]
+                              [--arch 90] [--sms 132] [--maxnreg R]
+
+Plans the launch as kernels/softmax.py does on a GPU of `--sms` SMs with clusters (the H100's 132 by default),
+compiles the kernel it launches for `--arch` with the launch's specialisation (tensors on 16-byte boundaries,
+integers that are multiples of 16 marked so), and reads the registers a thread, the bytes spilled and the
+shared memory from ptxas (Triton's own, `-v`). From those and the SM's limits (sm_80 and later: 65,536
+registers, 64 warps, 32 programs, 228 KiB of shared memory with 1 KiB reserved a program) it gives the programs
+one SM holds at once, which limit binds, and for a persistent plan the programs an SM its grid asks for.
+A compile-time reading for tuning, not a measurement: what the plan does with that occupancy only a GPU says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.softmax import _bwd_launch, _fresh_workspace, _fwd_launch, plan_softmax  # noqa: E402
+
+# Per SM, compute capability 8.0 and later (the CUDA occupancy rules): registers, warps, resident programs,
+# shared memory in bytes, and what each program reserves of it.
+REGISTERS, WARPS, PROGRAMS, SHARED, SHARED_RESERVED = 65536, 64, 32, 228 * 1024, 1024
+REGISTER_UNIT = 256  # registers are given to a warp in units of 256
+_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "i32"}
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    programs: int  # resident programs an SM
+    limit: str  # "registers", "warps", "programs" or "shared memory"
+    by_limit: dict
+
+
+def occupancy(registers: int, warps: int, shared: int) -> Occupancy:
+    """Programs of `warps` warps, `registers` a thread and `shared` bytes one SM holds at once."""
+    per_warp = math.ceil(registers * 32 / REGISTER_UNIT) * REGISTER_UNIT
+    by_limit = {
+        "registers": REGISTERS // (per_warp * warps) if registers else PROGRAMS,
+        "warps": WARPS // warps,
+        "programs": PROGRAMS,
+        "shared memory": SHARED // (shared + SHARED_RESERVED) if shared else PROGRAMS,
+    }
+    limit = min(by_limit, key=by_limit.get)
+    return Occupancy(by_limit[limit], limit, by_limit)
+
+
+def signature(kernel, args, meta) -> tuple[dict, dict, dict]:
+    """(signature, constexprs, attrs) of `kernel` called with positional `args` and keyword `meta`, specialised
+    as a launch specialises them: tensors 16-byte aligned, integers equal to 1 made constants, multiples of 16
+    marked divisible by 16."""
+    sig, constexprs, attrs = {}, {}, {}
+    fixed = set(getattr(kernel, "do_not_specialize", ()))  # parameters a launch never specialises
+    for index, (name, value) in enumerate(zip(kernel.arg_names, args)):
+        if isinstance(value, torch.Tensor):
+            sig[name] = "*" + _TYPES[value.dtype]
+            attrs[(index,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, bool) or value is None:
+            sig[name], constexprs[name] = "constexpr", value
+        elif isinstance(value, int):
+            if value == 1 and index not in fixed:
+                sig[name], constexprs[name] = "constexpr", 1
+                continue
+            sig[name] = "i64" if abs(value) >= 2**31 else "i32"
+            if value % 16 == 0 and index not in fixed:
+                attrs[(index,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "fp32"
+    for name, value in meta.items():
+        if name in kernel.arg_names:
+            sig[name], constexprs[name] = "constexpr", value
+    return {name: sig[name] for name in kernel.arg_names if name in sig}, constexprs, attrs
+
+
+def compile_facts(kernel, args, meta, arch: int, maxnreg: int | None = None) -> dict:
+    """Compile for `arch` without a GPU; registers a thread, spilled bytes and shared bytes."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    sig, constexprs, attrs = signature(kernel, args, meta)
+    options = {k: v for k, v in meta.items() if k not in kernel.arg_names}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs, attrs=attrs),
+                              target=GPUTarget("cuda", arch, 32), options=options)
+    suffix = "a" if arch >= 90 else ""
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "kernel.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        report = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", str(ptx), "-o",
+                                 str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True, check=True).stderr
+    registers = int(re.findall(r"Used (\d+) registers", report)[-1])
+    spilled = sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
+    return {"kernel": kernel.__name__, "registers": registers, "spill_store_bytes": spilled,
+            "shared_bytes": compiled.metadata.shared, "num_warps": compiled.metadata.num_warps}
+
+
+def plan_occupancy(m: int, n: int, dtype: torch.dtype, direction: str = "forward", impl: str = "auto",
+                   arch: int = 90, sms: int = 132, maxnreg: int | None = None) -> dict:
+    """The plan for an m x n softmax in `direction` and what one SM holds of its kernel."""
+    plan = plan_softmax(m, n, dtype, impl, True, direction, sms=sms, clusters=arch >= 90)
+    x = torch.empty(m, n, dtype=dtype, device="meta")  # shapes and strides only: nothing is allocated
+    if direction == "forward":
+        kernel, _, args, meta = _fwd_launch(x, torch.empty_like(x), plan, _fresh_workspace)
+    else:
+        kernel, _, args, meta = _bwd_launch(x, torch.empty_like(x), torch.empty_like(x), plan, _fresh_workspace)
+    facts = compile_facts(kernel, args, meta, arch, maxnreg)
+    fit = occupancy(facts["registers"], facts["num_warps"], facts["shared_bytes"])
+    out = {"plan": plan.as_dict(), **facts, "programs_an_sm": fit.programs, "limit": fit.limit,
+           "by_limit": fit.by_limit}
+    if plan.stages > 1:  # a persistent grid: the programs an SM it was planned for
+        out["planned_programs_an_sm"] = math.ceil(plan.grid / sms)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, required=True, help="row length")
+    parser.add_argument("--m", type=int, help="rows (default: M*N*2 bytes of 256 MiB)")
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="bfloat16")
+    parser.add_argument("--direction", choices=("forward", "backward"), default="forward")
+    parser.add_argument("--impl", default="auto")
+    parser.add_argument("--arch", type=int, default=90, help="compute capability, e.g. 90 for sm_90")
+    parser.add_argument("--sms", type=int, default=132)
+    parser.add_argument("--maxnreg", type=int, help="cap the registers a thread")
+    args = parser.parse_args()
+    m = args.m or math.ceil((256 << 20) / (2 * args.n))
+    print(json.dumps(plan_occupancy(m, args.n, getattr(torch, args.dtype), args.direction, args.impl, args.arch,
+                                    args.sms, args.maxnreg), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

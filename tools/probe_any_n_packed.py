@@ -352,6 +352,8 @@ def round14_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tu
         variants.append(dataclasses.replace(one_row, block_n=4096, tail_n=1024, num_warps=4))
     if 8192 < lanes <= 10240 and dtype != torch.float32:
         variants.append(dataclasses.replace(one_row, block_n=8192, tail_n=2048, num_warps=8))
+    if 10240 < lanes <= 12288 and dtype != torch.float32:  # three programs an SM where 16,384 lanes hold two
+        variants.append(dataclasses.replace(one_row, block_n=8192, tail_n=4096, num_warps=8))
     if 8192 < lanes <= 16384 and dtype != torch.float32:
         variants.append(dataclasses.replace(one_row, block_n=16384, tail_n=0, num_warps=8))
     seen = {auto}

@@ -57,3 +57,23 @@ def test_a_pipelined_plan_reports_the_programs_its_grid_asks_for(tmp_path):
     assert report["planned_programs_an_sm"] == 2
     assert 1 <= report["programs_an_sm"] <= 2 and report["limit"] in report["by_limit"]
     assert 0 < report["registers"] <= 255 and report["shared_bytes"] > 0
+
+
+def test_a_record_s_points_are_read_with_the_plans_they_recorded(tmp_path):
+    """--record: every point of a softmax run record from --min-n up, its recorded plan compiled, one line of
+    JSON each, beside the % of the ceiling the record holds for it."""
+    from lab.evidence.store import load_record
+
+    path = sorted((ROOT / "records" / "softmax-any-n").glob("*-nvidia-h100-*.json.gz"))[-1]
+    record = load_record(path)
+    want = {(p.case, p.dtype): p.results["triton-auto"] for p in record.points if p.shape["N"] >= 200000}
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "occupancy.py"), "--record", str(path),
+                          "--min-n", "200000"], env=env, check=True, capture_output=True, text=True, timeout=300).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert want and {(r["case"], r["dtype"]) for r in rows} == set(want)
+    for row in rows:
+        result = want[row["case"], row["dtype"]]
+        assert row["plan"] == result.plan and row["pct_of_ceiling"] == round(result.pct_of_ceiling, 1)
+        assert row["programs_an_sm"] >= 1 and row["held_kib"] > 0

@@ -1,10 +1,14 @@
 """Helpers shared by the lab's tests: profiler trace events and a fake torch.profiler for the op-by-op
-breakdown, fixture records given breakdowns, and a reader for the Markdown tables of a rendered page."""
+breakdown, fixture records given breakdowns, a reader for the Markdown tables of a rendered page, and a
+Python run outside Triton's interpreter (to compile kernels for a GPU target without one)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -115,3 +119,12 @@ def page_table(page: str, header_start: str) -> tuple[list[str], dict[str, list[
         cells = [c.strip() for c in line.strip("|").split("|")]
         rows[cells[0]] = cells
     return header, rows
+
+
+def run_compiled(args: list[str], triton_cache: Path) -> str:
+    """Standard output of `python *args` outside Triton's interpreter, with a Triton cache of its own: the
+    kernels it compiles are compiled for real, for whatever target the command names."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(triton_cache)
+    return subprocess.run([sys.executable, *args], env=env, check=True, capture_output=True, text=True,
+                          timeout=300).stdout

@@ -4,13 +4,12 @@ launch's specialisation, and one plan compiled for sm_90 without a GPU."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from labtools import run_compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -48,11 +47,7 @@ def test_the_signature_is_specialised_as_a_launch_specialises_it():
 def test_a_pipelined_plan_reports_the_programs_its_grid_asks_for(tmp_path):
     """Compiled for sm_90 outside the interpreter: the 2-byte forward's pipelined plan at N = 21,439 runs on a
     persistent grid of two programs an SM; the report says how many fit and which limit binds."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "occupancy.py"), "--n", "21439", "--m", "4096"],
-                         env=env, check=True, capture_output=True, text=True, timeout=300).stdout
-    report = json.loads(out)
+    report = json.loads(run_compiled([str(ROOT / "tools" / "occupancy.py"), "--n", "21439", "--m", "4096"], tmp_path))
     assert report["kernel"] == "_softmax_fwd_rows_pipelined_kernel" and report["plan"]["stages"] > 1
     assert report["planned_programs_an_sm"] == 2
     assert 1 <= report["programs_an_sm"] <= 2 and report["limit"] in report["by_limit"]
@@ -67,10 +62,7 @@ def test_a_record_s_points_are_read_with_the_plans_they_recorded(tmp_path):
     path = sorted((ROOT / "records" / "softmax-any-n").glob("*-nvidia-h100-*.json.gz"))[-1]
     record = load_record(path)
     want = {(p.case, p.dtype): p.results["triton-auto"] for p in record.points if p.shape["N"] >= 200000}
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "occupancy.py"), "--record", str(path),
-                          "--min-n", "200000"], env=env, check=True, capture_output=True, text=True, timeout=300).stdout
+    out = run_compiled([str(ROOT / "tools" / "occupancy.py"), "--record", str(path), "--min-n", "200000"], tmp_path)
     rows = [json.loads(line) for line in out.splitlines()]
     assert want and {(r["case"], r["dtype"]) for r in rows} == set(want)
     for row in rows:

@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import probe_any_n  # noqa: E402
 import probe_any_n_backward as backward  # noqa: E402
 import probe_any_n_forward as forward  # noqa: E402
+from labtools import run_compiled  # noqa: E402
 
 
 def test_every_round_has_a_runner():
@@ -86,14 +87,7 @@ print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps"
 def test_round12_kernel_meets_at_the_cluster_barrier_after_storing_its_partials(edges, tmp_path):
     """Compiled for Hopper without a GPU (outside the interpreter): the partials are stored before the barrier
     and read after it, past L1."""
-    import os
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    root = str(Path(__file__).resolve().parents[1])
-    ptx = subprocess.run([sys.executable, "-c", _COMPILE_FOR_HOPPER, root, str(int(edges))], env=env, check=True,
-                         capture_output=True, text=True, timeout=300).stdout
+    ptx = run_compiled(["-c", _COMPILE_FOR_HOPPER, str(Path(__file__).resolve().parents[1]), str(int(edges))], tmp_path)
     arrive = ptx.index("barrier.cluster.arrive")
     assert ptx.index("barrier.cluster.wait") > arrive
     body = ptx[:arrive]
@@ -183,14 +177,7 @@ print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps"
 def test_round14_kernel_loads_words_as_vectors_and_unpacks_them_again_after_the_wait(tmp_path):
     """Compiled for Hopper with the launch's pointer alignment, without a GPU: the body is loaded and stored as
     16-byte vectors of words, and the words are unpacked again after the row's slices have met."""
-    import os
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    root = str(Path(__file__).resolve().parents[1])
-    ptx = subprocess.run([sys.executable, "-c", _COMPILE_PACKED_FOR_HOPPER, root], env=env, check=True,
-                         capture_output=True, text=True, timeout=300).stdout
+    ptx = run_compiled(["-c", _COMPILE_PACKED_FOR_HOPPER, str(Path(__file__).resolve().parents[1])], tmp_path)
     assert ptx.count("ld.global.v4.b32") == 8 and ptx.count("st.global.v4.b32") == 8  # 64 lanes a thread
     wait = ptx.index("release.exch")  # the last slice's reset of the row's counter, in the arrival
     assert ptx.count("ex2.approx", 0, wait) >= 64 and ptx.count("ex2.approx", wait) >= 64  # exp again for the store

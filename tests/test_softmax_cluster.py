@@ -5,9 +5,6 @@ every way a backward is launched (an explicit plan, autograd, a captured CUDA gr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from kernels import reference
 from kernels._launch import MAX_CLUSTER, bind, launch_in_clusters
 from kernels.softmax import plan_softmax, softmax, softmax_bwd, softmax_fwd
 from kernels.softmax_plan import device_clusters
+from labtools import run_compiled
 
 TWO_BYTE = (torch.bfloat16, torch.float16)
 
@@ -65,11 +63,8 @@ print(triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps"
 
 
 def _hopper_ptx(cluster: bool, tmp_path) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path)
-    root = str(Path(__file__).resolve().parents[1])
-    return subprocess.run([sys.executable, "-c", _COMPILE_FOR_HOPPER, root, str(int(cluster))], env=env, check=True,
-                          capture_output=True, text=True, timeout=300).stdout
+    return run_compiled(["-c", _COMPILE_FOR_HOPPER, str(Path(__file__).resolve().parents[1]), str(int(cluster))],
+                        tmp_path)
 
 
 def test_clustered_backward_meets_at_the_barrier_after_storing_its_partial(tmp_path):

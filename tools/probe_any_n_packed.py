@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kernels._checks import interpreter_enabled  # noqa: E402
 from kernels._launch import MAX_CLUSTER, bind  # noqa: E402
-from kernels.softmax import plan_softmax  # noqa: E402
+from kernels.softmax import _fresh_workspace, _fwd_launch, plan_softmax  # noqa: E402
 from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
 from kernels.softmax_plan import MAX_SPLITS, SoftmaxPlan  # noqa: E402
 from kernels.softmax_split_row_kernels import _arrive_and_wait, _cluster_barrier, _take_ticket  # noqa: E402
@@ -267,8 +267,6 @@ ROUND14_N += ((21439, torch.float16), (41187, torch.float16), (75029, torch.floa
 
 def lab_capped(x: torch.Tensor, plan: SoftmaxPlan, maxnreg: int):
     """A callable writing softmax(x) with the lab's forward kernel for `plan`, compiled under a register cap."""
-    from kernels.softmax import _fresh_workspace, _fwd_launch
-
     y = torch.empty_like(x)
     kernel, grid, args, meta = _fwd_launch(x, y, plan, _fresh_workspace)
 
@@ -340,24 +338,24 @@ def round14_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tu
     if auto.impl != "single_block":
         return out
     one_row = dataclasses.replace(auto, stages=1, grid=m)
-    variants = [one_row] if auto.stages > 1 else []
-    if one_row.num_warps > 1:
-        variants.append(dataclasses.replace(one_row, num_warps=one_row.num_warps // 2))
     lanes = n + (16 if auto.edges else 0)
-    if dtype == torch.float32:
+    if dtype == torch.float32:  # (head, tail, warps): one padded block at 32 and 16 elements a thread
         padded = triton.next_power_of_2(lanes)
-        variants = [dataclasses.replace(one_row, block_n=padded, tail_n=0, num_warps=w)
-                    for w in (padded // 1024, padded // 512) if 1 <= w <= 32]
-    elif 4096 < lanes <= 5120:
-        variants.append(dataclasses.replace(one_row, block_n=4096, tail_n=1024, num_warps=4))
-    if 8192 < lanes <= 10240 and dtype != torch.float32:
-        variants.append(dataclasses.replace(one_row, block_n=8192, tail_n=2048, num_warps=8))
-    if 10240 < lanes <= 12288 and dtype != torch.float32:  # three programs an SM where 16,384 lanes hold two
-        variants.append(dataclasses.replace(one_row, block_n=8192, tail_n=4096, num_warps=8))
-    if 8192 < lanes <= 16384 and dtype != torch.float32:
-        variants.append(dataclasses.replace(one_row, block_n=16384, tail_n=0, num_warps=8))
+        variants = [(padded, 0, w) for w in (padded // 1024, padded // 512) if 1 <= w <= 32]
+    else:  # the auto plan's lanes one row a program, on its warps and on half, then other lanes
+        head, tail, warps = one_row.block_n, one_row.tail_n, one_row.num_warps
+        variants = [(head, tail, warps)] + ([(head, tail, warps // 2)] if warps > 1 else [])
+        if 4096 < lanes <= 5120:
+            variants.append((4096, 1024, 4))
+        if 8192 < lanes <= 10240:
+            variants.append((8192, 2048, 8))
+        if 10240 < lanes <= 12288:  # three programs an SM where 16,384 lanes hold two
+            variants.append((8192, 4096, 8))
+        if 8192 < lanes <= 16384:
+            variants.append((16384, 0, 8))
     seen = {auto}
-    for plan in variants:
+    for block_n, tail_n, warps in variants:
+        plan = dataclasses.replace(one_row, block_n=block_n, tail_n=tail_n, num_warps=warps)
         if plan not in seen:
             seen.add(plan)
             out.append((f"one-row/{plan.block_n}+{plan.tail_n}w{plan.num_warps}", plan))
@@ -379,24 +377,19 @@ def lab_capped_candidates(m: int, n: int, dtype: torch.dtype) -> list[tuple[str,
 def run_round14(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
     from probe_any_n import MIN_BYTES, probe_shape
 
+    def auto_only(m, n, dtype, direction):
+        return [("auto", plan_softmax(m, n, dtype, "auto", True, direction))]
+
+    shapes = [(n, dtype, round14_plans) for n, dtype in ROUND14_SINGLE_N + ROUND14_FP32_N]
+    shapes += [(n, dtype, auto_only) for n, dtype in ROUND14_N]
     rows: list[dict] = []
-    for n, dtype in ROUND14_SINGLE_N + ROUND14_FP32_N:
+    for n, dtype, plans in shapes:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             return rows
         m = math.ceil(MIN_BYTES / (2 * n))
         extra = (round14_candidates(n) if dtype in NEG_INF_PAIR else []) + lab_capped_candidates(m, n, dtype)
-        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, round14_plans, m, ("forward",), extra)
-        result["rows"] = rows
-        out.write_text(json.dumps(result, indent=1))
-    for n, dtype in ROUND14_N:
-        if time.time() - start > deadline:
-            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
-            return rows
-        m = math.ceil(MIN_BYTES / (2 * n))
-        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds,
-                            lambda m, n, d, r: [("auto", plan_softmax(m, n, d, "auto", True, r))], m,
-                            ("forward",), round14_candidates(n) + lab_capped_candidates(m, n, dtype))
+        rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, plans, m, ("forward",), extra)
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows

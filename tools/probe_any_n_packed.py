@@ -14,15 +14,17 @@ held: the fp32 values are unpacked from them (bf16: a shift or a mask; fp16: a c
 again for the sum, and again, with exp recomputed, for the store, where pairs are packed back into words.
 Each unpacking after the first reads the words through an opaque zero (inline PTX), so the compiler cannot
 keep an earlier unpacking's fp32 values alive instead (compiled for sm_90 with the launch's alignment, the
-kernel then holds 8192 lanes on 4 warps in fewer registers than the lab's fp32-holding kernel). The numerics are the lab's: the same exp of the same fp32 values, one
-rounding at the store. Costs: a second exp per element, and rows must be cut at 16-byte boundaries (the cut's
-head and tail stay fp32, as in the lab's kernels) or be aligned whole.
+kernel then holds 8192 lanes on 4 warps in fewer registers than the lab's fp32-holding kernel). The numerics
+are the lab's: the same exp of the same fp32 values, one rounding at the store. Costs: a second exp per
+element, and rows must be cut at 16-byte boundaries (the cut's head and tail stay fp32, as in the lab's
+kernels) or be aligned whole.
 
 Candidates, forward only, 2-byte: split rows meeting through tickets (the lab's scheme) and as one cluster
 (rounds 12-13's), slices of 8192 and 16,384 lanes; one row a program (no wait) up to 65,536 lanes; beside the
 auto plan and the peers. At the one-row lengths below 90%, also the lab's own kernel on other warps and
-lanes (round14_plans): the warps of its table are fp32's, 16 elements a thread at 4096 and 8192 lanes. The kernels run under Triton's interpreter too (one slice a row, or one row a
-program), which tests/test_probe_any_n.py uses to check them against float64.
+lanes (round14_plans): the warps of its table are fp32's, 16 elements a thread at 4096 and 8192 lanes. The
+kernels run under Triton's interpreter too (one slice a row, or one row a program), which
+tests/test_probe_any_n.py uses to check them against the lab's forward.
 """
 
 from __future__ import annotations

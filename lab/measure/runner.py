@@ -194,16 +194,18 @@ def measure_point(
             else:
                 results[name] = _timed_result(checked, samples[name], bytes_moved, flops, ceiling_gbps)
         progress("timed", len(calls))
-    copies = None
+    copies, eager_calls = None, {}
     timed = [p for p in profiles if results[p.name].status == "ok"]
     if eager is not None and timed:
         progress(f"eager-call clock, {len(timed)} profiles")
-        copies = _time_eager_calls(timed, inputs, results, eager, bytes_moved, flops, ceiling_gbps, clock)
+        copies, eager_calls = _time_eager_calls(timed, inputs, results, eager, bytes_moved, flops, ceiling_gbps,
+                                                clock)
     if experiment.breakdown is not None and device != "cpu":
         progress(f"op breakdown, {len(timed)} profiles")
         for p in timed:
-            results[p.name] = replace(results[p.name], breakdown=_breakdown(p, inputs, experiment.breakdown, clock))
-    del inputs, reference_inputs, ref, calls
+            breakdown = _breakdown(p, inputs, experiment.breakdown, clock, eager_calls.get(p.name))
+            results[p.name] = replace(results[p.name], breakdown=breakdown)
+    del inputs, reference_inputs, ref, calls, eager_calls
     clock.release()
     return Point(case.name, dict(case.shape), dtype_name(dtype), bytes_moved, flops, tolerance, seed,
                  rows.describe(), {p.name: results[p.name] for p in profiles}, eager_copies=copies)
@@ -211,9 +213,10 @@ def measure_point(
 
 def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, ProfileResult],
                       eager: tuple[EagerClock, EagerParams], bytes_moved: int, flops: int | None,
-                      ceiling_gbps: float, clock) -> int:
+                      ceiling_gbps: float, clock) -> tuple[int, dict[str, list]]:
     """Time `timed` on the eager-call clock over copies of `inputs`; store each result's `eager` block and
-    return how many input copies the calls cycled through."""
+    return how many input copies the calls cycled through, and each profile's calls over them (none where
+    the copies could not be made), which the op breakdown's eager part reuses."""
     eager_clock, eager_params = eager
     count = copies_needed(input_bytes(inputs), eager_clock.copies_past_bytes)
     try:
@@ -226,17 +229,19 @@ def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, Profi
     except Exception as exc:  # noqa: BLE001 - e.g. no memory for the copies: the GPU-time results stand
         clock.release()
         times = EagerTimes({}, {}, {}, {p.name: describe_exception(exc) for p in timed})
+        calls = {}
     for p in timed:
         results[p.name] = replace(results[p.name], eager=_eager_result(times, p.name, bytes_moved, flops,
                                                                        ceiling_gbps))
-    return count
+    return count, calls
 
 
-def _breakdown(profile: Profile, inputs, classify, clock) -> dict:
+def _breakdown(profile: Profile, inputs, classify, clock, eager_calls=None) -> dict:
     """The profile's op-by-op breakdown (lab.measure.breakdown), or {"error": why}: a breakdown is an
-    addition to the profile's timings, never a reason to lose them."""
+    addition to the profile's timings, never a reason to lose them. `eager_calls`: the eager-call clock's
+    calls over its input copies, for the breakdown's eager part (None: it makes its own)."""
     try:
-        return measure_breakdown(functools.partial(profile.run, **inputs), classify, clock)
+        return measure_breakdown(functools.partial(profile.run, **inputs), classify, clock, eager_calls=eager_calls)
     except Exception as exc:  # noqa: BLE001 - e.g. a profiler already active, or no CUPTI on this host
         clock.release()
         return {"error": describe_exception(exc)}

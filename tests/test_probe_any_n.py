@@ -198,3 +198,53 @@ def test_round14_caps_the_lab_plans_whose_compiled_kernels_fit_fewer_programs(mo
     x = (torch.randn(3, 77, generator=torch.Generator().manual_seed(1)) * 3).to(torch.bfloat16)
     y = packed.lab_capped(x, plan_softmax(3, 77, torch.bfloat16, "auto", True, "forward"), 64)()
     assert torch.equal(y, softmax(x))
+
+
+@pytest.mark.parametrize("n,dtype", [(1881, torch.bfloat16), (2490, torch.float16), (4610, torch.bfloat16),
+                                     (6445, torch.float16), (8192, torch.bfloat16), (21439, torch.bfloat16),
+                                     (4396, torch.float32)], ids=str)
+def test_round15_rules_change_only_what_they_name(n, dtype, monkeypatch):
+    """Each rule plan of round 15 differs from the auto plan only in what its rule names, holds the whole row,
+    and gives the auto plan's output under the interpreter."""
+    import dataclasses
+
+    import probe_any_n_rules as rules
+
+    from kernels.softmax import softmax_fwd
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: type("P", (), {"multi_processor_count": 132}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    plans = dict(rules.rule_plans(1000, n, dtype, sms=132))
+    auto = plans.pop("auto")
+    if dtype == torch.float32:
+        assert not plans
+        return
+    assert len(plans) >= 1
+    x = (torch.randn(2, n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
+    want = softmax_fwd(x, dataclasses.replace(auto, stages=1, grid=2))
+    for name, plan in plans.items():
+        changed = {f.name for f in dataclasses.fields(plan) if getattr(plan, f.name) != getattr(auto, f.name)}
+        allowed = {"rule:half-warps": {"num_warps"}, "rule:wide-tail-4096": {"block_n", "tail_n", "num_warps"},
+                   "rule:pipelined-one-per-sm": {"grid"}}[name]
+        assert changed and changed <= allowed, (name, changed)
+        if name == "rule:half-warps":
+            assert plan.num_warps * 2 == auto.num_warps and plan.block_n * dtype.itemsize // (32 * plan.num_warps) == 64
+        if name == "rule:pipelined-one-per-sm":
+            assert plan.grid == 132 < auto.grid
+            continue
+        assert plan.block_n + plan.tail_n >= n
+        y = softmax_fwd(x, dataclasses.replace(plan, grid=2))
+        assert (y.double() - want.double()).abs().max() <= torch.finfo(dtype).eps, name
+
+
+def test_round15_shapes_are_the_draws_2_byte_lengths():
+    import probe_any_n_rules as rules
+
+    from experiments._any_n import draw_row_lengths
+
+    shapes = rules.round15_shapes()
+    assert all(dtype in (torch.bfloat16, torch.float16) for _, dtype in shapes)
+    assert len(set(shapes)) == len(shapes)
+    drawn = set(draw_row_lengths())
+    assert {n for n, _ in shapes} - set(rules.POW2_N) <= drawn
+    assert callable(rules.run_round15)

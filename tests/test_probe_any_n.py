@@ -248,3 +248,10 @@ def test_round15_shapes_are_the_draws_2_byte_lengths():
     drawn = set(draw_row_lengths())
     assert {n for n, _ in shapes} - set(rules.POW2_N) <= drawn
     assert callable(rules.run_round15)
+    shapes16 = rules.round16_shapes()
+    assert {n for n, dt in shapes16 if dt == torch.float32} >= {n for n in drawn if n >= rules.SPLIT_MIN_N}
+    for n, dtype in shapes16:
+        if dtype != torch.float32:  # rows filling 80-92% of a block the halved-warps rule covers
+            block = 1 << (n - 1).bit_length()
+            assert block in rules.HALF_WARPS_LANES and 0.8 <= n / block <= 0.92
+    assert callable(rules.run_round16)

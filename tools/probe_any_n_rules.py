@@ -17,6 +17,10 @@ sweeps hold:
 
 Candidates are the lab's own kernels under other plans (and caps): no new kernel. The peers are left out
 (rounds 1-14 timed them); the question is only whether a rule loses anywhere it applies.
+
+Round 16 (--round 16) takes round 15's answers where they stopped short: the halved warps at rows that fill
+80-92% of their block (round 15's longest non-power-of-two rows filled 80%), and register caps on fp32 split
+rows, whose 8192 lanes on 4 warps compile to 105-107 registers (four programs an SM): 96 fits five, 80 six.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from probe_softmax import measure_held  # noqa: E402
 
 HALF_WARPS_LANES = (2048, 4096, 8192)  # one padded block of these lanes: warps halved
 WIDE_HEAD, WIDE_HEAD_WARPS = 4096, 4  # this head takes a tail of up to a quarter of it, on these warps
-SPLIT_CAPS = (80, 72)
+SPLIT_CAPS = {2: (80, 72), 4: (96, 80)}  # by element size
 MIN_BYTES = 256 << 20
 ONE_ROW_RANGE = (1025, 10240)
 SPLIT_MIN_N = 32769
@@ -101,13 +105,29 @@ def round15_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
     out = [(f"lab:{name}", lambda p=plan: softmax_fwd(x, p, out=y)) for name, plan in plans]
     auto = plans[0][1]
     if auto.impl == "split_row" and (auto.block_n, auto.num_warps) == (8192, 4) and not auto.cluster:
-        out += [(f"lab:auto-r{cap}", _deferred(lambda x, c=cap: lab_capped(x, auto, c))(x)) for cap in SPLIT_CAPS]
+        out += [(f"lab:auto-r{cap}", _deferred(lambda x, c=cap: lab_capped(x, auto, c))(x))
+                for cap in SPLIT_CAPS[x.element_size()]]
     return out
 
 
-def run_round15(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+# Round 16: rows filling 80-92% of a 4096- or 8192-lane block, both 2-byte dtypes; the draw's fp32 split rows.
+ROUND16_FILL_N = (3300, 3451, 3600, 3767, 6700, 6901, 7200, 7500)
+
+
+def round16_shapes() -> list[tuple[int, torch.dtype]]:
+    shapes = [(n, dt) for n in ROUND16_FILL_N for dt in (torch.bfloat16, torch.float16)]
+    split = [n for n in draw_row_lengths() if n >= SPLIT_MIN_N]
+    return shapes + [(n, torch.float32) for n in split + [65536, 131072, 262144]]
+
+
+def run_round16(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return run_round15(result, start, deadline, rounds, out, round16_shapes())
+
+
+def run_round15(result: dict, start: float, deadline: float, rounds: int, out: Path,
+                shapes: list[tuple[int, torch.dtype]] | None = None) -> list[dict]:
     rows: list[dict] = []
-    for n, dtype in round15_shapes(device_sms()):
+    for n, dtype in round15_shapes(device_sms()) if shapes is None else shapes:
         if time.time() - start > deadline:
             result["stopped_at"] = {"N": n, "dtype": str(dtype)}
             return rows

@@ -1,7 +1,7 @@
 """GPU check of kernels/attention.py (CUDA only): correctness against float64, then TFLOP/s against cuDNN and
 FlashAttention-2 through torch's SDPA, with two to four launch plans of the lab's kernel per case.
 
-    python tools/gpu_check_attention.py [OUT_DIR] [--budget-s 170]
+    python tools/gpu_check_attention.py [OUT_DIR] [--budget-s 170] [--forward-tiles]
 
 1. Correctness: forward, lse and gradients of small cases (head dims 64 and 128, causal and not, grouped
    heads, ragged and unequal lengths, rows that see no key, bf16 and fp16) against float64 (torch's SDPA
@@ -12,6 +12,9 @@ FlashAttention-2 through torch's SDPA, with two to four launch plans of the lab'
 3. Timing at B·S = 16,384 and H·D = 2,048, D = 128, S in {2048, 8192}, causal and not, forward and backward:
    triton.testing.do_bench medians, TFLOP/s = 4·B·H·S²·D (halved causal, ×2.5 backward) over the median.
    The plan table's entry runs first; alternatives follow while the time budget lasts.
+4. --forward-tiles: instead of 1-3, the forward alone at head dims 64 and 128 against a wider set of tiles
+   (FORWARD_TILES: 64-128 queries by 64-128 keys, 4 or 8 warps, 2-4 stages, with and without tensor
+   descriptors and warp specialisation), each checked on the ragged case first.
 
 A tuning instrument, not evidence: the site's figures come only from tools/build_results.py run records.
 Prints a table and writes OUT_DIR/gpu_check_attention.json (OUT_DIR defaults to $OUT, else the current
@@ -70,6 +73,18 @@ FWD_CANDIDATES = [
     AttentionPlan("forward", 128, 64, 8, 3, tma=True),
     AttentionPlan("forward", 128, 64, 8, 3, tma=True, warp_specialize=True),
 ]
+# --forward-tiles: Hopper-shaped forward tiles per head dim beyond FWD_CANDIDATES (the plan table's runs first).
+FORWARD_TILES = {
+    128: [AttentionPlan("forward", *tile, tma=tma, warp_specialize=ws) for tile, tma, ws in (
+        ((128, 128, 8, 2), True, False), ((128, 128, 8, 3), True, False), ((128, 128, 8, 3), True, True),
+        ((128, 64, 4, 3), True, False), ((128, 64, 8, 4), True, False), ((128, 64, 8, 2), True, False),
+        ((128, 64, 8, 3), True, True), ((64, 128, 4, 3), True, False), ((64, 64, 4, 3), True, False),
+        ((128, 128, 8, 2), False, False))],
+    64: [AttentionPlan("forward", *tile, tma=tma, warp_specialize=ws) for tile, tma, ws in (
+        ((128, 128, 8, 3), True, False), ((128, 128, 8, 4), True, False), ((128, 128, 8, 3), True, True),
+        ((128, 64, 4, 3), False, False), ((128, 64, 4, 3), True, False), ((128, 128, 4, 3), True, False),
+        ((128, 64, 8, 3), True, False), ((64, 64, 4, 3), False, False), ((64, 128, 4, 4), True, False))],
+}
 BWD_CANDIDATES = [
     (AttentionPlan("backward_kv", 64, 128, 8, 2), AttentionPlan("backward_q", 128, 128, 8, 2)),
     (AttentionPlan("backward_kv", 32, 128, 4, 3), AttentionPlan("backward_q", 128, 32, 4, 3)),
@@ -149,20 +164,20 @@ def correctness(say) -> list[dict]:
 _MATCHES: dict = {}
 
 
-def plan_matches(fwd_plan, bwd_plans, causal: bool) -> str | None:
+def plan_matches(fwd_plan, bwd_plans, causal: bool, head_dim: int = HEAD_DIM) -> str | None:
     """None if the candidate reproduces float64 on a ragged case with grouped heads; else why not."""
-    key = (fwd_plan, bwd_plans, causal)
+    key = (fwd_plan, bwd_plans, causal, head_dim)
     if key not in _MATCHES:
-        _MATCHES[key] = _plan_error(fwd_plan, bwd_plans, causal)
+        _MATCHES[key] = _plan_error(fwd_plan, bwd_plans, causal, head_dim)
     return _MATCHES[key]
 
 
-def _plan_error(fwd_plan, bwd_plans, causal: bool) -> str | None:
+def _plan_error(fwd_plan, bwd_plans, causal: bool, head_dim: int) -> str | None:
     gen = torch.Generator().manual_seed(1)
-    q, k, v = draw((1, 4, 333, HEAD_DIM), torch.bfloat16, gen), draw((1, 2, 333, HEAD_DIM), torch.bfloat16, gen), \
-        draw((1, 2, 333, HEAD_DIM), torch.bfloat16, gen)
-    do = draw((1, 4, 333, HEAD_DIM), torch.bfloat16, gen)
-    scale = 1 / math.sqrt(HEAD_DIM)
+    q, k, v = draw((1, 4, 333, head_dim), torch.bfloat16, gen), draw((1, 2, 333, head_dim), torch.bfloat16, gen), \
+        draw((1, 2, 333, head_dim), torch.bfloat16, gen)
+    do = draw((1, 4, 333, head_dim), torch.bfloat16, gen)
+    scale = 1 / math.sqrt(head_dim)
     try:
         o, lse = attention_fwd(q, k, v, causal, scale, fwd_plan)
         if not rel(o, reference.attention_float64(q, k, v, causal)) <= BOUNDS[torch.bfloat16][0]:
@@ -177,31 +192,32 @@ def _plan_error(fwd_plan, bwd_plans, causal: bool) -> str | None:
     return None
 
 
-def timing(say, deadline: float) -> list[dict]:
+def timing(say, deadline: float, head_dim: int = HEAD_DIM, directions=("forward", "backward"),
+           fwd_candidates=FWD_CANDIDATES) -> list[dict]:
     from triton.testing import do_bench
 
     rows = []
-    for direction in ("forward", "backward"):
+    for direction in directions:
         for seq in SEQS:
             for causal in (False, True):
-                batch, heads = TOKENS // seq, WIDTH // HEAD_DIM
-                flops = 4 * batch * heads * seq**2 * HEAD_DIM // (2 if causal else 1)
+                batch, heads = TOKENS // seq, WIDTH // head_dim
+                flops = 4 * batch * heads * seq**2 * head_dim // (2 if causal else 1)
                 flops = flops * 5 // 2 if direction == "backward" else flops
-                key = {"direction": direction, "S": seq, "B": batch, "H": heads, "D": HEAD_DIM, "causal": causal}
+                key = {"direction": direction, "S": seq, "B": batch, "H": heads, "D": head_dim, "causal": causal}
                 gen = torch.Generator().manual_seed(seq)
-                q, k, v, do = (draw((batch, heads, seq, HEAD_DIM), torch.bfloat16, gen) for _ in range(4))
-                scale = 1 / math.sqrt(HEAD_DIM)
+                q, k, v, do = (draw((batch, heads, seq, head_dim), torch.bfloat16, gen) for _ in range(4))
+                scale = 1 / math.sqrt(head_dim)
                 calls = {}
                 for name, backend in SDPA.items():
                     calls[name] = _sdpa_call(backend, q, k, v, do, causal, direction)
                 o, lse = attention_fwd(q, k, v, causal, scale)
                 if direction == "forward":
-                    table = plan_attention(seq, HEAD_DIM, torch.bfloat16, causal)
-                    for i, plan in enumerate([table, *FWD_CANDIDATES]):
+                    table = plan_attention(seq, head_dim, torch.bfloat16, causal)
+                    for i, plan in enumerate([table, *(p for p in fwd_candidates if p != table)]):
                         calls[f"lab {'table ' if i == 0 else ''}{_plan_name(plan)}"] = (
                             lambda plan=plan: attention_fwd(q, k, v, causal, scale, plan), plan, None)
                 else:
-                    table = plan_attention_backward(seq, HEAD_DIM, torch.bfloat16, causal)
+                    table = plan_attention_backward(seq, head_dim, torch.bfloat16, causal)
                     for i, plans in enumerate([table, *BWD_CANDIDATES]):
                         label = " + ".join(_plan_name(p) for p in plans)
                         calls[f"lab {'table ' if i == 0 else ''}{label}"] = (
@@ -216,7 +232,7 @@ def timing(say, deadline: float) -> list[dict]:
                     fn, fwd_plan, bwd_plans = call if isinstance(call, tuple) else (call, None, None)
                     try:
                         if name.startswith("lab"):
-                            why = plan_matches(fwd_plan, bwd_plans, causal)
+                            why = plan_matches(fwd_plan, bwd_plans, causal, head_dim)
                             if why:
                                 raise RuntimeError(f"candidate rejected: {why}")
                         ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
@@ -271,6 +287,8 @@ def main(argv=None) -> int:
     parser.add_argument("out_dir", nargs="?", default=os.environ.get("OUT", "."))
     parser.add_argument("--budget-s", type=float, default=170.0,
                         help="after this many seconds, alternative plans are skipped (the table's plan always runs)")
+    parser.add_argument("--forward-tiles", action="store_true",
+                        help="the forward alone, head dims 64 and 128, against FORWARD_TILES (step 4)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check_attention: needs a CUDA GPU", file=sys.stderr)
@@ -290,8 +308,14 @@ def main(argv=None) -> int:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "cudnn": torch.backends.cudnn.version()}
     say(f"{result['device']} · torch {result['torch']} · Triton {result['triton']} · cuDNN {result['cudnn']}")
-    result["correctness"] = correctness(say)
-    result["timing"] = timing(say, started + args.budget_s)
+    if args.forward_tiles:
+        result["correctness"] = []
+        result["timing"] = [row for head_dim in (128, 64) for row in timing(
+            say, started + args.budget_s * (0.6 if head_dim == 128 else 1.0), head_dim, ("forward",),
+            FORWARD_TILES[head_dim])]
+    else:
+        result["correctness"] = correctness(say)
+        result["timing"] = timing(say, started + args.budget_s)
     result["all_correct"] = all(r.get("ok") for r in result["correctness"])
     result["seconds"] = time.monotonic() - started
     result["log"] = lines

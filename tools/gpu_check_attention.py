@@ -1,7 +1,8 @@
 """GPU check of kernels/attention.py (CUDA only): correctness against float64, then TFLOP/s against cuDNN and
 FlashAttention-2 through torch's SDPA, with two to four launch plans of the lab's kernel per case.
 
-    python tools/gpu_check_attention.py [OUT_DIR] [--budget-s 170] [--forward-tiles]
+    python tools/gpu_check_attention.py [OUT_DIR] [--budget-s 170] [--forward-tiles | --backward-tiles]
+                                        [--seqs 512,1024,16384]
 
 1. Correctness: forward, lse and gradients of small cases (head dims 64 and 128, causal and not, grouped
    heads, ragged and unequal lengths, rows that see no key, bf16 and fp16) against float64 (torch's SDPA
@@ -14,7 +15,8 @@ FlashAttention-2 through torch's SDPA, with two to four launch plans of the lab'
    The plan table's entry runs first; alternatives follow while the time budget lasts.
 4. --forward-tiles: instead of 1-3, the forward alone at head dims 64 and 128 against a wider set of tiles
    (FORWARD_TILES: 64-128 queries by 64-128 keys, 4 or 8 warps, 2-4 stages, with and without tensor
-   descriptors and warp specialisation), each checked on the ragged case first.
+   descriptors and warp specialisation), each checked on the ragged case first. --backward-tiles: the
+   backward alike, against BACKWARD_TILES (dK/dV and dQ tiles per head dim). --seqs: other sequence lengths.
 
 A tuning instrument, not evidence: the site's figures come only from tools/build_results.py run records.
 Prints a table and writes OUT_DIR/gpu_check_attention.json (OUT_DIR defaults to $OUT, else the current
@@ -84,6 +86,15 @@ FORWARD_TILES = {
         ((128, 128, 8, 3), True, False), ((128, 128, 8, 4), True, False), ((128, 128, 8, 3), True, True),
         ((128, 64, 4, 3), False, False), ((128, 64, 4, 3), True, False), ((128, 128, 4, 3), True, False),
         ((128, 64, 8, 3), True, False), ((64, 64, 4, 3), False, False), ((64, 128, 4, 4), True, False))],
+}
+# --backward-tiles: (dK/dV, dQ) tile pairs per head dim (the plan table's runs first).
+_KV, _Q = "backward_kv", "backward_q"
+BACKWARD_TILES = {
+    head_dim: [(AttentionPlan(_KV, *kv), AttentionPlan(_Q, *q)) for kv, q in (
+        ((64, 128, 8, 2), (128, 128, 8, 2)), ((64, 128, 8, 2), (128, 64, 8, 2)), ((64, 128, 4, 2), (128, 64, 4, 2)),
+        ((64, 128, 8, 3), (128, 128, 8, 3)), ((128, 128, 8, 2), (128, 128, 8, 2)), ((32, 128, 4, 3), (128, 64, 4, 3)),
+        ((64, 64, 4, 3), (64, 64, 4, 3)))]
+    for head_dim in (64, 128)
 }
 BWD_CANDIDATES = [
     (AttentionPlan("backward_kv", 64, 128, 8, 2), AttentionPlan("backward_q", 128, 128, 8, 2)),
@@ -193,12 +204,12 @@ def _plan_error(fwd_plan, bwd_plans, causal: bool, head_dim: int) -> str | None:
 
 
 def timing(say, deadline: float, head_dim: int = HEAD_DIM, directions=("forward", "backward"),
-           fwd_candidates=FWD_CANDIDATES) -> list[dict]:
+           fwd_candidates=FWD_CANDIDATES, bwd_candidates=BWD_CANDIDATES, seqs=SEQS) -> list[dict]:
     from triton.testing import do_bench
 
     rows = []
     for direction in directions:
-        for seq in SEQS:
+        for seq in seqs:
             for causal in (False, True):
                 batch, heads = TOKENS // seq, WIDTH // head_dim
                 flops = 4 * batch * heads * seq**2 * head_dim // (2 if causal else 1)
@@ -218,7 +229,7 @@ def timing(say, deadline: float, head_dim: int = HEAD_DIM, directions=("forward"
                             lambda plan=plan: attention_fwd(q, k, v, causal, scale, plan), plan, None)
                 else:
                     table = plan_attention_backward(seq, head_dim, torch.bfloat16, causal)
-                    for i, plans in enumerate([table, *BWD_CANDIDATES]):
+                    for i, plans in enumerate([table, *(p for p in bwd_candidates if p != table)]):
                         label = " + ".join(_plan_name(p) for p in plans)
                         calls[f"lab {'table ' if i == 0 else ''}{label}"] = (
                             lambda plans=plans: attention_bwd(q, k, v, o, lse, do, causal, scale, plans), None, plans)
@@ -289,6 +300,9 @@ def main(argv=None) -> int:
                         help="after this many seconds, alternative plans are skipped (the table's plan always runs)")
     parser.add_argument("--forward-tiles", action="store_true",
                         help="the forward alone, head dims 64 and 128, against FORWARD_TILES (step 4)")
+    parser.add_argument("--backward-tiles", action="store_true",
+                        help="the backward alone, head dims 64 and 128, against BACKWARD_TILES (step 4)")
+    parser.add_argument("--seqs", type=lambda text: tuple(int(v) for v in text.split(",")), default=SEQS)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("gpu_check_attention: needs a CUDA GPU", file=sys.stderr)
@@ -308,11 +322,12 @@ def main(argv=None) -> int:
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
               "cudnn": torch.backends.cudnn.version()}
     say(f"{result['device']} · torch {result['torch']} · Triton {result['triton']} · cuDNN {result['cudnn']}")
-    if args.forward_tiles:
+    if args.forward_tiles or args.backward_tiles:
+        direction, tiles = ("forward", FORWARD_TILES) if args.forward_tiles else ("backward", BACKWARD_TILES)
         result["correctness"] = []
         result["timing"] = [row for head_dim in (128, 64) for row in timing(
-            say, started + args.budget_s * (0.6 if head_dim == 128 else 1.0), head_dim, ("forward",),
-            FORWARD_TILES[head_dim])]
+            say, started + args.budget_s * (0.6 if head_dim == 128 else 1.0), head_dim, (direction,),
+            tiles[head_dim], tiles[head_dim], args.seqs)]
     else:
         result["correctness"] = correctness(say)
         result["timing"] = timing(say, started + args.budget_s)

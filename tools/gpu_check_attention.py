@@ -323,11 +323,15 @@ def main(argv=None) -> int:
               "cudnn": torch.backends.cudnn.version()}
     say(f"{result['device']} · torch {result['torch']} · Triton {result['triton']} · cuDNN {result['cudnn']}")
     if args.forward_tiles or args.backward_tiles:
-        direction, tiles = ("forward", FORWARD_TILES) if args.forward_tiles else ("backward", BACKWARD_TILES)
         result["correctness"] = []
-        result["timing"] = [row for head_dim in (128, 64) for row in timing(
-            say, started + args.budget_s * (0.6 if head_dim == 128 else 1.0), head_dim, (direction,),
-            tiles[head_dim], tiles[head_dim], args.seqs)]
+        result["timing"] = []
+        for head_dim in (128, 64):
+            if args.forward_tiles:
+                sweep = dict(directions=("forward",), fwd_candidates=FORWARD_TILES[head_dim])
+            else:
+                sweep = dict(directions=("backward",), bwd_candidates=BACKWARD_TILES[head_dim])
+            deadline = started + args.budget_s * (0.6 if head_dim == 128 else 1.0)
+            result["timing"] += timing(say, deadline, head_dim, seqs=args.seqs, **sweep)
     else:
         result["correctness"] = correctness(say)
         result["timing"] = timing(say, started + args.budget_s)

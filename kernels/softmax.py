@@ -133,8 +133,9 @@ def _fwd_launch(x: torch.Tensor, y: torch.Tensor, plan: SoftmaxPlan, workspace) 
     if plan.impl == "split_row":
         n_parts = n_rows * plan.splits
         ws = workspace(x.device, n_rows, (n_parts, n_parts))
+        cap = {"maxnreg": plan.max_registers} if plan.max_registers else {}
         return _softmax_fwd_split_row_kernel, grid, (x, y, *ws, n_cols, plan.splits, x.stride(0), y.stride(0)), dict(
-            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, **edges)
+            BLOCK_N=plan.block_n, SPLITS_POW2=_next_power_of_2(plan.splits), num_warps=warps, **edges, **cap)
     return _softmax_fwd_online_kernel, grid, (x, y, n_cols, x.stride(0), y.stride(0)), dict(
         BLOCK_N=plan.block_n, num_warps=warps)
 
@@ -325,6 +326,7 @@ def _softmax_op(x: torch.Tensor, dim: int, impl: str) -> torch.Tensor:
     plan = plan_softmax(x_rows.shape[0], int(x_rows.shape[1]), x.dtype, impl, row_stride=x_rows.stride(0),
                         sms=device_sms(x.device))
     kernel, grid, args, meta = _fwd_launch(x_rows, y_rows, plan, _fresh_workspace)
+    meta.pop("maxnreg", None)  # a launch option a traced graph's launcher does not pass on: compiled uncapped
     _traceable(kernel)[grid](*args, **meta)
     return _from_rows(y_rows, x, dim)
 

@@ -6,8 +6,9 @@ row's range, alignment and dtype, so each winner is written here as the rule it 
 every length of the experiment's seeded draw in its range, both 2-byte dtypes, and at the powers of two the
 sweeps hold:
 
-* one row a program, 2-byte forward, no tail: warps halved at 2048-8192 lanes, so each thread holds 64 bytes
-  of the row as an fp32 thread does (the table's warps are fp32's: 16 elements a thread at 4096 and 8192);
+* one row a program, 2-byte forward, no tail: half the table's warps at 2048-8192 lanes, so each thread holds
+  64 bytes of the row as an fp32 thread does (the table's warps are fp32's: 16 elements a thread at 4096 and
+  8192; where the auto plan already runs on half, as it does since round 16, there is nothing to time);
 * one row a program, 2-byte forward: a 4096 head takes a tail of up to 1024 lanes on 4 warps (the backward's
   rule) instead of one padded 8192 block;
 * the pipelined 16-warp plan (a 16,384 head and an 8192 tail) launched as one program an SM, the programs its
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from experiments._any_n import draw_row_lengths  # noqa: E402
 from kernels import reference  # noqa: E402
 from kernels.softmax import softmax_fwd  # noqa: E402
-from kernels.softmax_plan import SoftmaxPlan, device_sms, plan_softmax  # noqa: E402
+from kernels.softmax_plan import _SINGLE_BLOCK_WARPS, SoftmaxPlan, device_sms, plan_softmax  # noqa: E402
 from probe_any_n_packed import _deferred, lab_capped  # noqa: E402
 from probe_softmax import measure_held  # noqa: E402
 
@@ -68,8 +69,9 @@ def rule_plans(m: int, n: int, dtype: torch.dtype, direction: str = "forward",
         return out
     if auto.rows_per_program != 1:
         return out
-    if auto.tail_n == 0 and auto.block_n in HALF_WARPS_LANES:
-        out.append(("rule:half-warps", dataclasses.replace(auto, num_warps=auto.num_warps // 2)))
+    half = next(w for limit, w in _SINGLE_BLOCK_WARPS["forward"] if auto.block_n <= limit) // 2
+    if auto.tail_n == 0 and auto.block_n in HALF_WARPS_LANES and auto.num_warps != half:
+        out.append(("rule:half-warps", dataclasses.replace(auto, num_warps=half)))
     head = auto.block_n // 2
     tail = max(16, 1 << max(n - head - 1, 0).bit_length())
     if auto.tail_n == 0 and head == WIDE_HEAD and n > head and tail <= head // 4:

@@ -19,6 +19,11 @@ sweeps hold:
 Candidates are the lab's own kernels under other plans (and caps): no new kernel. The peers are left out
 (rounds 1-14 timed them); the question is only whether a rule loses anywhere it applies.
 
+Round 17 (--round 17) asks whether 2-byte split rows of at most 16 slices gain from meeting at a cluster
+barrier instead of taking tickets now that the ticketed slices run capped: rounds 12-13 measured the clustered
+forward +1 to +6 points over uncapped tickets at 8 slices and fewer. Candidates: clusters of 8192-lane slices
+on 4 warps, uncapped and under the ticketed slices' cap of 80 registers, and of 4096-lane slices.
+
 Round 16 (--round 16) takes round 15's answers where they stopped short: the halved warps at rows that fill
 80-92% of their block (round 15's longest non-power-of-two rows filled 80%), and register caps on fp32 split
 rows, whose 8192 lanes on 4 warps compile to 105-107 registers (four programs an SM): 96 fits five, 80 six.
@@ -139,6 +144,51 @@ def run_round15(result: dict, start: float, deadline: float, rounds: int, out: P
         size = x.element_size()
         key = {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "forward"}
         rows += measure_held(round15_candidates(x), reference.softmax_float64(x[:64]), 2 * m * n * size,
+                             result["copy_ceiling_gbs"], key, rounds)
+        del x
+        torch.cuda.empty_cache()
+        result["rows"] = rows
+        out.write_text(json.dumps(result, indent=1))
+    return rows
+
+
+# Round 17: the draw's 2-byte split-row lengths that fit a cluster of 8192-lane slices, and the powers of two.
+ROUND17_SLICES = ((8192, 4, None), (8192, 4, 80), (4096, 4, None))
+
+
+def round17_shapes() -> list[tuple[int, torch.dtype]]:
+    from kernels._launch import MAX_CLUSTER
+
+    split = [n for n in draw_row_lengths() if SPLIT_MIN_N <= n and math.ceil((n + 16) / 8192) <= MAX_CLUSTER]
+    shapes = [(n, torch.bfloat16) for n in split + [65536, 131072]]
+    return shapes + [(n, torch.float16) for n in split[::3]]
+
+
+def round17_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
+    """The auto plan (ticketed slices) and clusters of ROUND17_SLICES that cover the row."""
+    from probe_any_n_cluster import cluster_forward, cluster_settings
+
+    y = torch.empty_like(x)
+    m, n = x.shape
+    auto = plan_softmax(m, n, x.dtype, "auto", True, "forward", sms=device_sms())
+    out = [("lab:auto", lambda: softmax_fwd(x, auto, out=y))]
+    for block_n, warps, cap in ROUND17_SLICES:
+        for cluster, lanes, w in cluster_settings(n, ((block_n, warps),)):
+            out.append((f"cluster{cluster}x{lanes}w{w}r{cap or 0}",
+                        _deferred(lambda x, c=cluster, b=lanes, w=w, r=cap: cluster_forward(x, c, b, w, r))(x)))
+    return out
+
+
+def run_round17(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    rows: list[dict] = []
+    for n, dtype in round17_shapes():
+        if time.time() - start > deadline:
+            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
+            return rows
+        m = math.ceil(MIN_BYTES / (2 * n))
+        x = (torch.randn(m, n, device="cuda", generator=torch.Generator(device="cuda").manual_seed(n)) * 3).to(dtype)
+        key = {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "forward"}
+        rows += measure_held(round17_candidates(x), reference.softmax_float64(x[:64]), 2 * m * n * x.element_size(),
                              result["copy_ceiling_gbs"], key, rounds)
         del x
         torch.cuda.empty_cache()

@@ -141,9 +141,9 @@ _SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: 
 # cut fp32 rows (four); capped at 80 and 96 six and five fit, a few bytes spilled. Measured on the H100
 # (rounds 14-16, M*N*size >= 256 MiB, every split-row length of softmax-any-n's draw): 2-byte +1.6 to +5.5
 # points of the copy ceiling at all 37 pairs of length and dtype and 3 powers of two (36,481 75.8 -> 79.8%;
-# 65,536 81.2 -> 84.4; 262,144 80.9 -> 84.3); cut fp32 +1.3 to +3.8 at all 27 (41,187 89.6 -> 93.4). Tighter caps
-# spill more and lost 5-20 points; fp32 rows needing no cut compile to 96 registers already and lost 0.2-1.5
-# under the cap.
+# 65,536 81.2 -> 84.4; 262,144 80.9 -> 84.3); cut fp32 +1.3 to +3.8 at all 27 (41,187 89.6 -> 93.4).
+# Tighter caps spill more and lost 5-20 points; fp32 rows needing no cut compile to 96 registers already and
+# lost 0.2-1.5 under the cap.
 _SPLIT_ROW_MAX_REGISTERS = {(2, False): 80, (2, True): 80, (4, True): 96}
 # ...except 2-byte backward rows of at most _CLUSTER_MAX_SPLITS slices on a GPU with clusters (compute
 # capability 9.0 and later), whose slices are one cluster of the launch and meet at its barrier instead of

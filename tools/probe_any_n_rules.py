@@ -132,7 +132,8 @@ def run_round16(result: dict, start: float, deadline: float, rounds: int, out: P
 
 
 def run_round15(result: dict, start: float, deadline: float, rounds: int, out: Path,
-                shapes: list[tuple[int, torch.dtype]] | None = None) -> list[dict]:
+                shapes: list[tuple[int, torch.dtype]] | None = None, candidates=round15_candidates) -> list[dict]:
+    """Each shape's `candidates(x)` checked and timed together (rounds 15-17), the rows written as they come."""
     rows: list[dict] = []
     for n, dtype in round15_shapes(device_sms()) if shapes is None else shapes:
         if time.time() - start > deadline:
@@ -143,7 +144,7 @@ def run_round15(result: dict, start: float, deadline: float, rounds: int, out: P
         x = (torch.randn(m, n, device="cuda", generator=gen) * 3).to(dtype)
         size = x.element_size()
         key = {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "forward"}
-        rows += measure_held(round15_candidates(x), reference.softmax_float64(x[:64]), 2 * m * n * size,
+        rows += measure_held(candidates(x), reference.softmax_float64(x[:64]), 2 * m * n * size,
                              result["copy_ceiling_gbs"], key, rounds)
         del x
         torch.cuda.empty_cache()
@@ -180,18 +181,4 @@ def round17_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
 
 
 def run_round17(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
-    rows: list[dict] = []
-    for n, dtype in round17_shapes():
-        if time.time() - start > deadline:
-            result["stopped_at"] = {"N": n, "dtype": str(dtype)}
-            return rows
-        m = math.ceil(MIN_BYTES / (2 * n))
-        x = (torch.randn(m, n, device="cuda", generator=torch.Generator(device="cuda").manual_seed(n)) * 3).to(dtype)
-        key = {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "forward"}
-        rows += measure_held(round17_candidates(x), reference.softmax_float64(x[:64]), 2 * m * n * x.element_size(),
-                             result["copy_ceiling_gbs"], key, rounds)
-        del x
-        torch.cuda.empty_cache()
-        result["rows"] = rows
-        out.write_text(json.dumps(result, indent=1))
-    return rows
+    return run_round15(result, start, deadline, rounds, out, round17_shapes(), round17_candidates)

@@ -9,8 +9,8 @@ from kernels import reference
 from kernels.softmax import MAX_SINGLE_BLOCK_N, plan_softmax, softmax, softmax_bwd
 
 SOFTMAX_SOURCES = (
-    "kernels/softmax.py", "kernels/softmax_kernels.py", "kernels/softmax_split_row_kernels.py",
-    "kernels/softmax_plan.py", "kernels/_launch.py", "kernels/_checks.py",
+    "kernels/softmax.py", "kernels/softmax_launch.py", "kernels/softmax_kernels.py",
+    "kernels/softmax_split_row_kernels.py", "kernels/softmax_plan.py", "kernels/_launch.py", "kernels/_checks.py",
 )
 REFERENCE_SOURCES = ("kernels/reference.py",)
 LIGER_MAX_N = 65536  # liger_kernel.ops.utils.calculate_settings refuses larger rows

@@ -54,14 +54,13 @@ DIRECTIONS = ("forward", "backward_kv", "backward_q")
 
 # (direction, head_dim) -> (block_m, block_n, num_warps, num_stages). Both supported dtypes are two bytes
 # wide and share their tiles; causal and full attention share them too (the causal diagonal is one masked
-# tile pass per program either way). Shared memory per program, two-byte elements, stays well under the
-# H100's 227 KiB: forward D = 128 holds a 32 KiB Q tile and 3 stages of 16 KiB K + 16 KiB V tiles (128 KiB);
-# the backward keeps its resident tiles' fp32 accumulators (dK and dV, or dQ) at 64 registers a thread.
-# These are the starting points named in docs/posts/attention.md, not yet measured against alternatives;
-# tools/gpu_check_attention.py times them beside two or three others per case.
+# tile pass per program either way). Shared memory per program, two-byte elements, stays under the H100's
+# 227 KiB: the forward at D = 128 holds a 32 KiB Q tile and 3 stages of 32 KiB K + 32 KiB V tiles (224 KiB;
+# it compiles and runs on the H100); the backward keeps its resident tiles' fp32 accumulators (dK and dV, or
+# dQ) at 64 registers a thread.
 _TILES = {
-    ("forward", 64): (128, 128, 8, 3),
-    ("forward", 128): (128, 64, 8, 3),
+    ("forward", 64): (128, 128, 4, 3),
+    ("forward", 128): (128, 128, 8, 3),
     # backward_kv: a program holds block_n keys and streams block_m queries at a time.
     ("backward_kv", 64): (64, 128, 8, 2),
     ("backward_kv", 128): (64, 128, 8, 2),
@@ -69,11 +68,19 @@ _TILES = {
     ("backward_q", 64): (128, 64, 8, 2),
     ("backward_q", 128): (128, 128, 8, 2),
 }
-# Measured on an H100 (tools/gpu_check_attention.py, B·S = 16,384, H·D = 2,048, S 2,048 and 8,192, causal and
-# not, bf16; notes/attention.md): at head_dim 128 the forward through tensor descriptors (TMA) ran 0.70–0.77x
-# of cuDNN against 0.62–0.68x without, and the backward's 128-key dK/dV tiles with 128x128 dQ tiles
-# 0.65–0.69x against 0.39–0.43x for the 64-key tiles first tabled. Head dim 64 has not been measured yet.
-_FORWARD_TMA_HEAD_DIMS = (128,)
+# Measured on an H100 (tools/gpu_check_attention.py, B·S = 16,384, H·D = 2,048, bf16, causal and not;
+# notes/attention.md, "The tile sweeps"): the forward, K and V through tensor descriptors (TMA) at both head
+# dims: D = 128 on 128 x 128 tiles and 8 warps, 3 stages, ran 1.5-5.5% above the 128 x 64 tiles first tabled
+# at S = 512, 2048 and 8192; D = 64 on 128 x 128 tiles and 4 warps 19-26% above 128 x 128 on 8 warps without
+# TMA at S = 2048 and 8192, and 37% at S = 512 (full; level there with 128 x 64 tiles on 4 or 8 warps).
+# The backward's tiles were the fastest of the pairs timed at D = 128 (S = 2048); at D = 64 (S = 2048, full)
+# 64 x 64 pairs on 4 warps ran 6% above them and two other pairs within 3%, timed at that one length only.
+_FORWARD_TMA_HEAD_DIMS = (64, 128)
+# ...except the D = 128 forward over at most this many keys, on 64 x 64 tiles and 4 warps: a short key loop
+# pays a 128-query tile's prologue and epilogue over few iterations. At S = 512 it ran 18% (full) and 13%
+# (causal) above 128 x 128 tiles, at 2048 level (full) and 9% above (causal); at 8192, 6% and 3% below.
+SHORT_KEYS_MAX = 2048
+_SHORT_KEYS_TILE = {128: (64, 64, 4, 3)}
 # Forward launches for at most this many queries take 64-query tiles on 4 warps: a 128-row tile would leave
 # at least half its rows empty (short prompts, decode-like steps).
 SHORT_QUERY_MAX = 64
@@ -99,8 +106,9 @@ class AttentionPlan:
 
 
 def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
-                   direction: str = "forward") -> AttentionPlan:
-    """The launch plan for one kernel of `direction` at this query length, head_dim and dtype."""
+                   direction: str = "forward", seq_k: int | None = None) -> AttentionPlan:
+    """The launch plan for one kernel of `direction` at this query length (and key length, None: the query
+    length), head_dim and dtype."""
     if direction not in DIRECTIONS:
         raise ValueError(f"attention: direction must be one of {', '.join(map(repr, DIRECTIONS))}, got {direction!r}.")
     if head_dim not in HEAD_DIMS:
@@ -110,6 +118,8 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
         raise TypeError(f"attention: dtype {str(dtype).removeprefix('torch.')} is not supported; supported "
                         "dtypes are float16, bfloat16.")
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
+    if direction == "forward" and head_dim in _SHORT_KEYS_TILE and (seq_q if seq_k is None else seq_k) <= SHORT_KEYS_MAX:
+        block_m, block_n, num_warps, num_stages = _SHORT_KEYS_TILE[head_dim]
     tma = direction == "forward" and head_dim in _FORWARD_TMA_HEAD_DIMS
     if direction == "forward" and seq_q <= SHORT_QUERY_MAX:
         block_m, num_warps = _SHORT_QUERY_TILE
@@ -166,7 +176,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     """
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
-    plan = plan or plan_attention(seq_q, head_dim, q.dtype, causal)
+    plan = plan or plan_attention(seq_q, head_dim, q.dtype, causal, seq_k=seq_k)
     o = torch.empty((batch, n_heads, seq_q, head_dim), dtype=q.dtype, device=q.device) if out is None else out
     lse = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
     if not lse.is_contiguous():

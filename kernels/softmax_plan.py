@@ -75,8 +75,22 @@ _TAIL_MAX_FRACTION = 16
 # against 91.2-96.5% for one 8192 block at N = 4610 and 5000; longer heads were mixed (8192 + 4096 at 10,920:
 # +3 points; 8192 + 2048 at 9512: -5) or lost (16,384 + 2048-8192 at 18,000-21,439: 14 to 19 points lower),
 # so they keep fp32's rule.
-_WIDE_TAIL_HEADS = {"forward": {8192: 16, 16384: 16}, "backward": {4096: 4}}  # head -> num_warps
+# A 4096 head with a tail of up to 1024 lanes on 4 warps, forward (tools/probe_any_n.py rounds 14 and 15,
+# bf16 and fp16): 4610 85.4 -> 96.0% of the copy ceiling (fp16 86.2 -> 96.5), 4709 86.1 -> 96.4, 4993 88.3 ->
+# 96.7, against one 8192-lane block on 16 warps, and 2-4 points above that block on 8.
+_WIDE_TAIL_HEADS = {"forward": {4096: 4, 8192: 16, 16384: 16}, "backward": {4096: 4}}  # head -> num_warps
 _WIDE_TAIL_FRACTION = 4
+
+# ...and 2-byte forward rows held one a program in one padded block of 4096 or 8192 lanes run on half the
+# table's warps while the row fills at most _HALF_WARPS_FILL of the block: a thread then holds 64 bytes of
+# the row, as an fp32 thread of the table does. Measured on the H100 (rounds 15 and 16, M*N*2 = 256 MiB, at
+# every 2-byte length of softmax-any-n's draw the rule covers, bf16 and fp16): 4096 lanes, 2057 85.5 -> 91.0%
+# (fp16 88.0 -> 92.8), 2490 92.7 -> 97.2, 2661 94.8 -> 97.8, 2887 97.2 -> 97.6, 2904 98.3 -> 97.9 (fill 71%),
+# 3057 97.9 -> 97.8; 8192 lanes, 5545 92.0 -> 97.0, 5829 93.7 -> 97.7, 6445 96.3 -> 97.8, 6569 96.7 -> 97.8
+# (fill 80%). Fuller rows lost 0.1-1.3 points (3300-3767 and 6700-7500, both dtypes; the powers of two
+# 0.2-0.3), and 2048-lane blocks were level or lower (-0.4 to +0.2 at 1333-2012), so they keep the table's.
+_HALF_WARPS_LANES = (4096, 8192)
+_HALF_WARPS_FILL = 3 / 4
 
 # ...and 2-byte backward rows held as one 16,384-lane block (N = 8193-16,384 without a tail) reload y and dy
 # for dx instead of holding them across the row's reduction (SoftmaxPlan.reload): 8 warps while the row fills
@@ -121,6 +135,16 @@ _ONLINE_WARPS = 8
 # 4096 x 4; bf16 200,001: 89.0% against 83.4%). On 8 warps they measured up to 14 points lower, level at
 # 2-byte 100,000 and 131,072 (rounds 6 and 7).
 _SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 4), 2: (8192, 4)}}
+# The forward's slices compile under a register cap (SoftmaxPlan.max_registers) by (element size, rows cut at
+# 16-byte boundaries): the cap that fits one more program an SM. Compiled for sm_90 (tools/occupancy.py), the
+# slice kernel takes 91 registers a thread in 2-byte rows (five programs of 4 warps an SM) and 105-107 in
+# cut fp32 rows (four); capped at 80 and 96 six and five fit, a few bytes spilled. Measured on the H100
+# (rounds 14-16, M*N*size >= 256 MiB, every split-row length of softmax-any-n's draw): 2-byte +1.6 to +5.5
+# points of the copy ceiling at all 37 pairs of length and dtype and 3 powers of two (36,481 75.8 -> 79.8%;
+# 65,536 81.2 -> 84.4; 262,144 80.9 -> 84.3); cut fp32 +1.3 to +3.8 at all 27 (41,187 89.6 -> 93.4).
+# Tighter caps spill more and lost 5-20 points; fp32 rows needing no cut compile to 96 registers already and
+# lost 0.2-1.5 under the cap.
+_SPLIT_ROW_MAX_REGISTERS = {(2, False): 80, (2, True): 80, (4, True): 96}
 # ...except 2-byte backward rows of at most _CLUSTER_MAX_SPLITS slices on a GPU with clusters (compute
 # capability 9.0 and later), whose slices are one cluster of the launch and meet at its barrier instead of
 # taking tickets and spinning on a counter (SoftmaxPlan.cluster), in slices of 4096 lanes while the row needs
@@ -160,6 +184,7 @@ class SoftmaxPlan:
     stages: int = 1  # >1: a persistent grid walks rows, the next rows' loads pipelined (single_block only)
     reload: bool = False  # backward, one row a program: y and dy loaded again for dx, not held (single_block)
     cluster: bool = False  # a row's slices are one cluster of the launch, meeting at its barrier (split_row)
+    max_registers: int = 0  # >0: the kernel is compiled under this many registers a thread (maxnreg, split_row)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -298,6 +323,9 @@ def plan_softmax(
         else:
             num_warps = next(w for limit, w in _SINGLE_BLOCK_WARPS[direction] if block_n <= limit)
         rows = max(1, _LANES_PER_PROGRAM // (block_n + tail_n))  # block_n alone is a power of two here
+        if (direction == "forward" and two_byte and rows == 1 and not tail_n and block_n in _HALF_WARPS_LANES
+                and n_cols <= _HALF_WARPS_FILL * block_n):
+            num_warps //= 2
         sms = device_sms() if sms is None else sms
         forward_pipelined = direction == "forward" and two_byte and rows == 1 and sms
         pipelined = _pipelined_lanes(n_cols, block_n, tail_n, edges) if forward_pipelined else None
@@ -318,7 +346,10 @@ def plan_softmax(
         if cluster and _cdiv(n_cols, _CLUSTER_NARROW_N) <= _CLUSTER_NARROW_MAX_SPLITS:
             block_n = _CLUSTER_NARROW_N
         splits = _cdiv(n_cols, block_n)
-        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits, edges=edges, cluster=cluster)
+        capped = direction == "forward" and not cluster
+        max_registers = _SPLIT_ROW_MAX_REGISTERS.get((_element_size(dtype), edges), 0) if capped else 0
+        return SoftmaxPlan("split_row", block_n, 1, num_warps, n_rows * splits, splits, edges=edges, cluster=cluster,
+                           max_registers=max_registers)
     block_n = min(_ONLINE_BLOCK_N[_element_size(dtype)], max(_MIN_BLOCK_N, _next_power_of_2(n_cols)))
     return SoftmaxPlan("online", block_n, 1, _ONLINE_WARPS, n_rows)
 

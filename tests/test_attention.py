@@ -29,8 +29,10 @@ import kernels
 from kernels import reference_attention as reference
 from kernels.attention import (
     _FORWARD_TMA_HEAD_DIMS,
+    _SHORT_KEYS_TILE,
     _TILES,
     HEAD_DIMS,
+    SHORT_KEYS_MAX,
     SHORT_QUERY_MAX,
     AttentionPlan,
     attention,
@@ -358,9 +360,23 @@ def test_plan_is_the_table_entry_and_fits_an_h100(direction, head_dim, dtype, ca
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_short_key_threshold(head_dim, causal):
+    """The D = 128 forward over at most SHORT_KEYS_MAX keys takes its short-key tile, by the key length (the
+    query length where none is given); longer key sets and D = 64 take the table's."""
+    for seq_q, seq_k in ((SHORT_KEYS_MAX, None), (4096, SHORT_KEYS_MAX), (SHORT_KEYS_MAX + 1, None),
+                         (128, SHORT_KEYS_MAX + 1)):
+        plan = plan_attention(seq_q, head_dim, torch.bfloat16, causal, seq_k=seq_k)
+        short = (seq_q if seq_k is None else seq_k) <= SHORT_KEYS_MAX and head_dim in _SHORT_KEYS_TILE
+        want = _SHORT_KEYS_TILE[head_dim] if short else _TILES["forward", head_dim]
+        assert (plan.block_m, plan.block_n, plan.num_warps, plan.num_stages) == want, (seq_q, seq_k)
+        assert plan.tma and _plan_smem(plan, head_dim) <= SMEM_BYTES
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_short_query_threshold(head_dim):
-    short = plan_attention(SHORT_QUERY_MAX, head_dim, torch.bfloat16, False)
-    long = plan_attention(SHORT_QUERY_MAX + 1, head_dim, torch.bfloat16, False)
+    short = plan_attention(SHORT_QUERY_MAX, head_dim, torch.bfloat16, False, seq_k=4096)
+    long = plan_attention(SHORT_QUERY_MAX + 1, head_dim, torch.bfloat16, False, seq_k=4096)
     assert (short.block_m, short.num_warps) == (64, 4)
     assert (long.block_m, long.num_warps) == _TILES["forward", head_dim][::2]
     # The backward keeps its tiles at any length.

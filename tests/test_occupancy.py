@@ -69,3 +69,13 @@ def test_a_record_s_points_are_read_with_the_plans_they_recorded(tmp_path):
         result = want[row["case"], row["dtype"]]
         assert row["plan"] == result.plan and row["pct_of_ceiling"] == round(result.pct_of_ceiling, 1)
         assert row["programs_an_sm"] >= 1 and row["held_kib"] > 0
+
+
+@pytest.mark.parametrize("n,dtype,cap,programs", [(40_001, "bfloat16", 80, 6), (40_001, "float32", 96, 5)])
+def test_a_capped_split_row_plan_compiles_within_its_cap(n, dtype, cap, programs, tmp_path):
+    """Compiled for sm_90 outside the interpreter: the split-row forward's register cap (the plan's
+    max_registers) reaches the compiler, and the programs an SM it was chosen for fit."""
+    report = json.loads(run_compiled([str(ROOT / "tools" / "occupancy.py"), "--n", str(n), "--m", "64",
+                                      "--dtype", dtype], tmp_path))
+    assert report["kernel"] == "_softmax_fwd_split_row_kernel" and report["plan"]["max_registers"] == cap
+    assert report["registers"] <= cap and report["programs_an_sm"] == programs

@@ -153,3 +153,19 @@ def test_split_row_slices_are_8192_wide_on_4_warps_in_both_directions(dtype, n, 
         assert (plan.impl, plan.block_n, plan.num_warps, plan.splits, plan.grid) == (
             "split_row", 8192, 4, splits, 8 * splits)
     assert plan_softmax(8, 524_289, dtype, "auto", allow_split_row=True, direction="backward").impl == "online"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [40_000, 40_001, 65_536, 100_003])
+def test_split_row_forward_slices_compile_under_a_register_cap(dtype, n):
+    # The cap that fits one more program an SM (kernels/softmax_plan.py, _SPLIT_ROW_MAX_REGISTERS): every
+    # 2-byte forward slice, fp32 forward slices of rows cut at 16-byte boundaries; never the backward's.
+    plan = plan_softmax(8, n, dtype, "auto", allow_split_row=True, direction="forward", clusters=False)
+    cut = n % 16 != 0
+    want = 80 if dtype != torch.float32 else 96 if cut else 0
+    assert (plan.impl, plan.edges, plan.max_registers) == ("split_row", cut, want)
+    strided = plan_softmax(8, n, dtype, "auto", allow_split_row=True, row_stride=n + 8 // dtype.itemsize)
+    assert strided.edges and strided.max_registers == (80 if dtype != torch.float32 else 96)
+    for clusters in (False, True):
+        back = plan_softmax(8, n, dtype, "auto", allow_split_row=True, direction="backward", clusters=clusters)
+        assert back.max_registers == 0

@@ -152,7 +152,7 @@ def record_occupancy(path: Path, profile: str, direction: str, min_n: int = 0, a
                                 plan=SoftmaxPlan(**result.plan))
         yield {"case": point.case, "dtype": point.dtype, "pct_of_ceiling": round(result.pct_of_ceiling, 1),
                **{k: report[k] for k in ("registers", "spill_store_bytes", "programs_an_sm", "limit", "held_kib")},
-               "planned_programs_an_sm": report.get("planned_programs_an_sm"), "plan": report["plan"]}
+               "planned_programs_an_sm": report.get("planned_programs_an_sm"), "plan": result.plan}
 
 
 def main() -> int:

@@ -93,13 +93,15 @@ def _edges(x: torch.Tensor) -> bool:
     return x.shape[1] % 16 != 0 or x.stride(0) % 16 != 0
 
 
-def cluster_forward(x: torch.Tensor, cluster: int, block_n: int, warps: int):
+def cluster_forward(x: torch.Tensor, cluster: int, block_n: int, warps: int, maxnreg: int | None = None):
+    """A callable writing softmax(x) with each row's `cluster` slices of block_n lanes as one cluster of the
+    launch; maxnreg caps the registers a thread (None: the compiler's choice)."""
     m, n = x.shape
     y = torch.empty_like(x)
     parts = torch.empty(2, m * cluster, device=x.device, dtype=torch.float32)
     vec = 16 // x.element_size()
     meta = dict(BLOCK_N=block_n, CLUSTER=cluster, CLUSTER_POW2=max(2, 1 << (cluster - 1).bit_length()),
-                EDGES=_edges(x), VEC=vec, num_warps=warps)
+                EDGES=_edges(x), VEC=vec, num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
     args = (x, y, parts[0], parts[1], n, x.stride(0), y.stride(0))
     launch = bind(_fwd_cluster_kernel, (m * cluster,), args, varying=4, cluster=cluster, **meta)
 

@@ -273,7 +273,7 @@ def lab_capped(x: torch.Tensor, plan: SoftmaxPlan, maxnreg: int):
     kernel, grid, args, meta = _fwd_launch(x, y, plan, _fresh_workspace)
 
     def run():
-        kernel[grid](*args, **meta, maxnreg=maxnreg)
+        kernel[grid](*args, **{**meta, "maxnreg": maxnreg})  # over the plan's own cap, if it has one
         return y
     return run
 

@@ -6,8 +6,9 @@ row's range, alignment and dtype, so each winner is written here as the rule it 
 every length of the experiment's seeded draw in its range, both 2-byte dtypes, and at the powers of two the
 sweeps hold:
 
-* one row a program, 2-byte forward, no tail: warps halved at 2048-8192 lanes, so each thread holds 64 bytes
-  of the row as an fp32 thread does (the table's warps are fp32's: 16 elements a thread at 4096 and 8192);
+* one row a program, 2-byte forward, no tail: half the table's warps at 2048-8192 lanes, so each thread holds
+  64 bytes of the row as an fp32 thread does (the table's warps are fp32's: 16 elements a thread at 4096 and
+  8192; where the auto plan already runs on half, as it does since round 16, there is nothing to time);
 * one row a program, 2-byte forward: a 4096 head takes a tail of up to 1024 lanes on 4 warps (the backward's
   rule) instead of one padded 8192 block;
 * the pipelined 16-warp plan (a 16,384 head and an 8192 tail) launched as one program an SM, the programs its
@@ -17,6 +18,11 @@ sweeps hold:
 
 Candidates are the lab's own kernels under other plans (and caps): no new kernel. The peers are left out
 (rounds 1-14 timed them); the question is only whether a rule loses anywhere it applies.
+
+Round 17 (--round 17) asks whether 2-byte split rows of at most 16 slices gain from meeting at a cluster
+barrier instead of taking tickets now that the ticketed slices run capped: rounds 12-13 measured the clustered
+forward +1 to +6 points over uncapped tickets at 8 slices and fewer. Candidates: clusters of 8192-lane slices
+on 4 warps, uncapped and under the ticketed slices' cap of 80 registers, and of 4096-lane slices.
 
 Round 16 (--round 16) takes round 15's answers where they stopped short: the halved warps at rows that fill
 80-92% of their block (round 15's longest non-power-of-two rows filled 80%), and register caps on fp32 split
@@ -40,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from experiments._any_n import draw_row_lengths  # noqa: E402
 from kernels import reference  # noqa: E402
 from kernels.softmax import softmax_fwd  # noqa: E402
-from kernels.softmax_plan import SoftmaxPlan, device_sms, plan_softmax  # noqa: E402
+from kernels.softmax_plan import _SINGLE_BLOCK_WARPS, SoftmaxPlan, device_sms, plan_softmax  # noqa: E402
 from probe_any_n_packed import _deferred, lab_capped  # noqa: E402
 from probe_softmax import measure_held  # noqa: E402
 
@@ -68,8 +74,9 @@ def rule_plans(m: int, n: int, dtype: torch.dtype, direction: str = "forward",
         return out
     if auto.rows_per_program != 1:
         return out
-    if auto.tail_n == 0 and auto.block_n in HALF_WARPS_LANES:
-        out.append(("rule:half-warps", dataclasses.replace(auto, num_warps=auto.num_warps // 2)))
+    half = next(w for limit, w in _SINGLE_BLOCK_WARPS["forward"] if auto.block_n <= limit) // 2
+    if auto.tail_n == 0 and auto.block_n in HALF_WARPS_LANES and auto.num_warps != half:
+        out.append(("rule:half-warps", dataclasses.replace(auto, num_warps=half)))
     head = auto.block_n // 2
     tail = max(16, 1 << max(n - head - 1, 0).bit_length())
     if auto.tail_n == 0 and head == WIDE_HEAD and n > head and tail <= head // 4:
@@ -125,7 +132,8 @@ def run_round16(result: dict, start: float, deadline: float, rounds: int, out: P
 
 
 def run_round15(result: dict, start: float, deadline: float, rounds: int, out: Path,
-                shapes: list[tuple[int, torch.dtype]] | None = None) -> list[dict]:
+                shapes: list[tuple[int, torch.dtype]] | None = None, candidates=round15_candidates) -> list[dict]:
+    """Each shape's `candidates(x)` checked and timed together (rounds 15-17), the rows written as they come."""
     rows: list[dict] = []
     for n, dtype in round15_shapes(device_sms()) if shapes is None else shapes:
         if time.time() - start > deadline:
@@ -136,10 +144,41 @@ def run_round15(result: dict, start: float, deadline: float, rounds: int, out: P
         x = (torch.randn(m, n, device="cuda", generator=gen) * 3).to(dtype)
         size = x.element_size()
         key = {"dtype": str(dtype).removeprefix("torch."), "M": m, "N": n, "direction": "forward"}
-        rows += measure_held(round15_candidates(x), reference.softmax_float64(x[:64]), 2 * m * n * size,
+        rows += measure_held(candidates(x), reference.softmax_float64(x[:64]), 2 * m * n * size,
                              result["copy_ceiling_gbs"], key, rounds)
         del x
         torch.cuda.empty_cache()
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows
+
+
+# Round 17: the draw's 2-byte split-row lengths that fit a cluster of 8192-lane slices, and the powers of two.
+ROUND17_SLICES = ((8192, 4, None), (8192, 4, 80), (4096, 4, None))
+
+
+def round17_shapes() -> list[tuple[int, torch.dtype]]:
+    from kernels._launch import MAX_CLUSTER
+
+    split = [n for n in draw_row_lengths() if SPLIT_MIN_N <= n and math.ceil((n + 16) / 8192) <= MAX_CLUSTER]
+    shapes = [(n, torch.bfloat16) for n in split + [65536, 131072]]
+    return shapes + [(n, torch.float16) for n in split[::3]]
+
+
+def round17_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
+    """The auto plan (ticketed slices) and clusters of ROUND17_SLICES that cover the row."""
+    from probe_any_n_cluster import cluster_forward, cluster_settings
+
+    y = torch.empty_like(x)
+    m, n = x.shape
+    auto = plan_softmax(m, n, x.dtype, "auto", True, "forward", sms=device_sms())
+    out = [("lab:auto", lambda: softmax_fwd(x, auto, out=y))]
+    for block_n, warps, cap in ROUND17_SLICES:
+        for cluster, lanes, w in cluster_settings(n, ((block_n, warps),)):
+            out.append((f"cluster{cluster}x{lanes}w{w}r{cap or 0}",
+                        _deferred(lambda x, c=cluster, b=lanes, w=w, r=cap: cluster_forward(x, c, b, w, r))(x)))
+    return out
+
+
+def run_round17(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return run_round15(result, start, deadline, rounds, out, round17_shapes(), round17_candidates)

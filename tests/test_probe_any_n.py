@@ -269,3 +269,71 @@ def test_round17_shapes_fit_a_cluster_of_8192_lane_slices():
         assert len(settings) == 1 and 2 <= settings[0][0] <= MAX_CLUSTER
         assert settings[0][0] * 8192 >= n + 16 * (n % 16 != 0)
     assert callable(rules.run_round17)
+
+
+def test_round18_shapes_and_variants_are_well_formed():
+    """Round 18 (tools/probe_any_n_smem.py): 2-byte rows that need split rows, every variant's slices tile the
+    row's aligned body within the partials a row reads, its chunks tile its slice, names unique; the round is
+    offered on the command line."""
+    import probe_any_n_smem as smem
+
+    assert len(set(smem.ROUND18_N)) == len(smem.ROUND18_N)
+    assert all(dtype in (torch.bfloat16, torch.float16) and n > 32768 for n, dtype in smem.ROUND18_N)
+    names = [smem.variant_name(*v) for v in smem.ROUND18_VARIANTS]
+    assert len(set(names)) == len(names) and all(name.startswith("smem-") for name in names)
+    for copy, slice_n, warps, cap in smem.ROUND18_VARIANTS:
+        assert copy in smem.COPIES and warps in (4, 8) and cap in (0, 32, 40, 48)
+        meta = smem._meta(copy, slice_n, warps)
+        assert slice_n % (meta["CHUNK_ROWS"] * smem.BOX) == 0
+        assert meta["CHUNK_ROWS"] * smem.BOX == smem.LANES_A_THREAD * 32 * warps
+        for n, _ in smem.ROUND18_N:
+            k = smem.splits(n, slice_n)
+            body = n // 8 * 8  # the longest aligned body a row of n has
+            assert 1 <= k <= smem.MAX_SPLITS_POW2 and (k - 1) * slice_n < body <= k * slice_n, (n, slice_n)
+    assert callable(smem.run_round18)
+    assert "18:" in Path(probe_any_n.__file__).read_text()
+
+
+def test_round18_refuses_what_its_kernel_cannot_take():
+    import probe_any_n_smem as smem
+
+    with pytest.raises(ValueError, match="2-byte"):
+        smem.smem_forward(torch.zeros(4, 64), "ld", 8192, 4)
+    with pytest.raises(ValueError, match="slices a row"):
+        smem.smem_forward(torch.zeros(2, 65 * 8192 + 8, dtype=torch.bfloat16), "ld", 8192, 4)
+
+
+_COMPILE_SMEM_FOR_HOPPER = """
+import json, sys, torch
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
+import probe_any_n_smem as smem
+out = {}
+for v in smem.ROUND18_VARIANTS:
+    if v[1] == 8192 and not v[3]:
+        out[smem.variant_name(*v)] = smem.compile_variant(*v, dtype=torch.float16).asm["ptx"]
+print(json.dumps(out))
+"""
+
+
+def test_round18_kernels_compile_for_hopper_and_stage_the_slice_in_shared_memory(tmp_path):
+    """Compiled for sm_90 without a GPU: each copy fills the shared buffer its own way (a bulk tensor copy a
+    row of 256 lanes, an mbarrier wait a chunk; cp.async of 16 bytes; plain 16-byte loads), the body is stored
+    as 16-byte vectors, and the row's partials are read after the arrival, past the caches."""
+    import json
+
+    import probe_any_n_smem as smem
+
+    ptx = json.loads(run_compiled(["-c", _COMPILE_SMEM_FOR_HOPPER, str(Path(__file__).resolve().parents[1])],
+                                  tmp_path))
+    assert set(ptx) == {"smem-tma8192w4", "smem-cp8192w4", "smem-ld8192w4"}
+    rows, chunks = 8192 // smem.BOX, 8192 // (smem.LANES_A_THREAD * 32 * 4)
+    tma = ptx["smem-tma8192w4"]
+    assert tma.count("cp.async.bulk.tensor.2d") == rows and tma.count("mbarrier.try_wait") == chunks
+    assert tma.count("mbarrier.arrive.expect_tx") == chunks and "ld.global.v4" not in tma
+    assert ptx["smem-cp8192w4"].count("cp.async.cg.shared.global") == 8192 // (8 * 128)
+    assert ptx["smem-ld8192w4"].count("ld.global.v4.b32") == 8192 // (8 * 128)
+    for name, text in ptx.items():
+        assert text.count("st.global.v4.b32") == 8192 // (8 * 128), name  # pass 2: the body as vectors
+        assert text.count("ld.shared.v4.b32") >= 8192 // (8 * 128), name
+        arrive = text.index("atom.global.gpu.acq_rel.add", text.index("st.global.b32"))
+        assert "ld.volatile.global" in text[arrive:] and "ld.volatile.global" not in text[:arrive], name

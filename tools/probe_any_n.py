@@ -9,7 +9,8 @@ Round 1 lives here with what every round shares (candidates, one shape's timing,
 rounds 2-5 and 11 are in tools/probe_any_n_forward.py, the backward's rounds 6-10 in tools/probe_any_n_backward.py,
 rounds 12-13 (split rows meeting at a cluster barrier, both directions) in tools/probe_any_n_cluster.py, round 14
 (the 2-byte forward holding its row packed) in tools/probe_any_n_packed.py, round 15 (round 14's winners as
-plan rules, at every length they would change), 16 and 17 in tools/probe_any_n_rules.py.
+plan rules, at every length they would change), 16 and 17 in tools/probe_any_n_rules.py, round 18 (a Gluon
+split-row forward staging its 2-byte slices in shared memory) in tools/probe_any_n_smem.py.
 
 Timing: the lab's clock (lab.measure.timing.CudaEventClock: L2 flushed, device held while each round is
 queued, candidates interleaved), M chosen so M*N*2 bytes reach 256 MiB; the first 64 rows of every candidate
@@ -162,7 +163,7 @@ def main() -> int:
     parser.add_argument("--deadline", type=float, default=480.0, help="stop starting shapes after this many s")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--n", type=lambda s: tuple(int(v) for v in s.split(",")), default=ROW_LENGTHS)
-    parser.add_argument("--round", type=int, choices=tuple(range(1, 18)), default=1,
+    parser.add_argument("--round", type=int, choices=tuple(range(1, 19)), default=1,
                         help="1: the cut and the plans' neighbours; 2: the chosen rules against the previous plan "
                              "at other lengths, the sweeps' lengths, and the pipelined split-row lead; 3: 16-bit "
                              "forward rows held in their storage dtype (fewer registers, more programs an SM); 4: persistent "
@@ -180,7 +181,8 @@ def main() -> int:
                              "packed, two elements a 32-bit register (tools/probe_any_n_packed.py); 15: round 14's "
                              "winners as plan rules, at every drawn 2-byte length they change; 16: round 15's rules at fuller rows and "
                              "register caps on fp32 split rows; 17: clustered 2-byte forward slices against the capped "
-                             "tickets (15-17: tools/probe_any_n_rules.py)")
+                             "tickets (15-17: tools/probe_any_n_rules.py); 18: 2-byte split rows staged in shared memory "
+                             "in their storage dtype (Gluon: TMA, cp.async or plain loads; tools/probe_any_n_smem.py)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("probe_any_n: needs a CUDA GPU", file=sys.stderr)
@@ -192,11 +194,12 @@ def main() -> int:
     from probe_any_n_forward import run_round2, run_round3, run_round4, run_round5, run_round11
     from probe_any_n_packed import run_round14
     from probe_any_n_rules import run_round15, run_round16, run_round17
+    from probe_any_n_smem import run_round18
 
     runners = {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 6: run_round6, 7: run_round7,
                8: run_round8, 9: run_round9, 10: run_round10, 11: run_round11,
                12: run_round12, 13: run_round13, 14: run_round14, 15: run_round15,
-               16: run_round16, 17: run_round17}
+               16: run_round16, 17: run_round17, 18: run_round18}
     if args.round in runners:
         result["rows"] = runners[args.round](result, start, args.deadline, args.rounds, args.out)
         args.n = ()

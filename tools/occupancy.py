@@ -94,7 +94,6 @@ def compile_facts(kernel, args, meta, arch: int, maxnreg: int | None = None) -> 
     """Compile for `arch` without a GPU; registers a thread, spilled bytes and shared bytes."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
     sig, constexprs, attrs = signature(kernel, args, meta)
@@ -103,6 +102,15 @@ def compile_facts(kernel, args, meta, arch: int, maxnreg: int | None = None) -> 
         options["maxnreg"] = maxnreg
     compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=constexprs, attrs=attrs),
                               target=GPUTarget("cuda", arch, 32), options=options)
+    registers, spilled = ptxas_registers(compiled, arch)
+    return {"kernel": kernel.__name__, "registers": registers, "spill_store_bytes": spilled,
+            "shared_bytes": compiled.metadata.shared, "num_warps": compiled.metadata.num_warps}
+
+
+def ptxas_registers(compiled, arch: int) -> tuple[int, int]:
+    """(registers a thread, spilled bytes) of a kernel compiled for sm_`arch`, as `ptxas -v` reports them."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
     suffix = "a" if arch >= 90 else ""
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp) / "kernel.ptx"
@@ -110,9 +118,7 @@ def compile_facts(kernel, args, meta, arch: int, maxnreg: int | None = None) -> 
         report = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", str(ptx), "-o",
                                  str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True, check=True).stderr
     registers = int(re.findall(r"Used (\d+) registers", report)[-1])
-    spilled = sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
-    return {"kernel": kernel.__name__, "registers": registers, "spill_store_bytes": spilled,
-            "shared_bytes": compiled.metadata.shared, "num_warps": compiled.metadata.num_warps}
+    return registers, sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
 
 
 def plan_occupancy(m: int, n: int, dtype: torch.dtype, direction: str = "forward", impl: str = "auto",

@@ -37,10 +37,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -346,17 +344,10 @@ def compile_variant(copy: str, slice_n: int, warps: int, cap: int = 0, dtype: to
 def compile_facts(copy: str, slice_n: int, warps: int, cap: int = 0, dtype: torch.dtype = torch.bfloat16,
                   arch: int = 90) -> dict:
     """Registers a thread, spilled bytes, shared bytes and programs an SM (tools/occupancy.py's rules)."""
-    from occupancy import occupancy
-    from triton.backends.nvidia.compiler import get_ptxas
+    from occupancy import occupancy, ptxas_registers
 
     compiled = compile_variant(copy, slice_n, warps, cap, dtype, arch)
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = Path(tmp) / "kernel.ptx"
-        ptx.write_text(compiled.asm["ptx"])
-        report = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}a", str(ptx), "-o",
-                                 str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True, check=True).stderr
-    regs = int(re.findall(r"Used (\d+) registers", report)[-1])
-    spills = sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
+    regs, spills = ptxas_registers(compiled, arch)
     shared = compiled.metadata.shared
     fit = occupancy(regs, warps, shared)
     return {"n_regs": regs, "spill_bytes": spills, "shared_bytes": shared, "programs_an_sm": fit.programs,

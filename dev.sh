@@ -7,8 +7,9 @@
 #   ./dev.sh serve     mkdocs serve with live reload, for authors
 #   ./dev.sh setup     only install
 #
-# Without an NVIDIA GPU the environment is pinned by requirements/cpu.lock (torch's CPU build); with one,
-# pip resolves pyproject.toml and takes torch's CUDA build.
+# Without an NVIDIA GPU the environment is pinned by requirements/cpu.lock (torch's CPU build); with one, by
+# requirements/gpu.lock (the torch and Triton the records were measured on). KERNEL_LAB_STACK=resolve lets
+# pip resolve pyproject.toml instead, to try the newest torch and Triton.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -20,10 +21,14 @@ has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>
 
 setup() {
     [ -x "$PY" ] || python3 -m venv "$VENV"
-    if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ requirements/cpu.lock -nt "$STAMP" ]; then
+    if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ requirements/cpu.lock -nt "$STAMP" ] \
+        || [ requirements/gpu.lock -nt "$STAMP" ]; then
         "$PY" -m pip install --quiet --upgrade pip
-        if has_gpu; then
+        if has_gpu && [ "${KERNEL_LAB_STACK:-locked}" = resolve ]; then
             "$PY" -m pip install --quiet -e '.[test]'
+        elif has_gpu; then
+            "$PY" -m pip install --quiet -r requirements/gpu.lock
+            "$PY" -m pip install --quiet --no-deps -e .
         else
             "$PY" -m pip install --quiet -r requirements/cpu.lock
             "$PY" -m pip install --quiet --no-deps -e .

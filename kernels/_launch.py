@@ -28,6 +28,11 @@ launcher is handed C as the packed metadata's CTA count: it sets the cluster dim
 by C. A clustered launch never falls back to `kernel[grid]` (that would launch without clusters); it passes
 Triton's launch hooks on instead, and refuses the interpreter.
 
+The raw and clustered routes call internals of Triton 3.6 (the compiled kernel's launcher and the C function
+under it), which other releases rearrange. On any other Triton release (`RAW_LAUNCH` is False) `bind` hands
+back the `kernel[grid]` launcher, which every release supports, and a launch in clusters is refused with the
+reason (plans ask `clusters_supported()` before choosing one). The lab's records were measured on 3.6.
+
 `stream_workspace` hands out buffers kept per (tag, device, stream) and never freed, for kernels that need
 scratch space or counters: a kernel that leaves its counters zeroed (self-resetting) can then launch without
 a memset per call.
@@ -35,9 +40,11 @@ a memset per call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 import torch
+import triton
 from triton import knobs
 from triton.runtime import driver
 from triton.runtime.jit import JITFunction
@@ -52,6 +59,25 @@ except ImportError:  # a CPU-only build of torch
 # them; Triton's launcher then calls them around every launch. Raw launches run only while they are idle.
 _ENTER_HOOK, _EXIT_HOOK = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
 _ENTER_CALLS, _EXIT_CALLS = getattr(_ENTER_HOOK, "calls", ()), getattr(_EXIT_HOOK, "calls", ())
+
+
+# The Triton release whose launcher internals the raw and clustered routes were written against.
+WRITTEN_FOR = (3, 6)
+
+
+def triton_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a Triton version string ("3.6.0", "3.6.1+git1a2b", "3.9.0rc1"); (0, 0) if unreadable."""
+    found = re.match(r"\s*(\d+)\.(\d+)", version or "")
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+# Whether this process may launch through Triton 3.6's compiled launcher (else: kernel[grid] everywhere).
+RAW_LAUNCH = triton_release(triton.__version__) == WRITTEN_FOR
+
+
+def clusters_supported() -> bool:
+    """Whether launches in clusters are possible with this Triton (they need the raw route)."""
+    return RAW_LAUNCH
 
 
 def launch_hooks_idle() -> bool:
@@ -107,6 +133,8 @@ def bind(kernel, grid: Sequence[int], args: Sequence, *, varying: int, scalars: 
     if cluster != 1:
         return _cluster_launcher(kernel, grid, args, varying, scalars, cluster, meta)
     fallback = _jit_launcher(kernel, grid, fixed, meta)
+    if not RAW_LAUNCH:  # another Triton release: its launcher internals are not the ones called below
+        return fallback
     if not (isinstance(kernel, JITFunction) and tensors and all(isinstance(t, torch.Tensor) and t.is_cuda
                                                                    for t in tensors)):
         return fallback
@@ -135,6 +163,10 @@ def launch_in_clusters(kernel, grid: Sequence[int], args: Sequence, cluster: int
 def _cluster_launcher(kernel, grid: tuple, args: Sequence, varying: int, scalars: int, cluster: int,
                       meta: dict) -> Callable[..., None]:
     tensors = args[:varying - scalars]
+    if not RAW_LAUNCH:
+        raise RuntimeError(f"bind: launches in clusters call Triton {WRITTEN_FOR[0]}.{WRITTEN_FOR[1]}'s launcher "
+                           f"internals; this is Triton {triton.__version__}. Plan without clusters "
+                           "(kernels._launch.clusters_supported()).")
     if not 1 <= cluster <= MAX_CLUSTER or grid[0] % cluster or grid[1:] != (1, 1):
         raise ValueError(f"bind: clusters of 1-{MAX_CLUSTER} programs tile a 1-D grid; got {cluster} over {grid}.")
     if not (isinstance(kernel, JITFunction) and tensors and all(isinstance(t, torch.Tensor) and t.is_cuda

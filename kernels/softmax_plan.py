@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from kernels._checks import interpreter_enabled
+from kernels._launch import clusters_supported
 
 IMPLS = ("auto", "single_block", "online")
 
@@ -253,8 +254,8 @@ def _cuda_clusters(index: int) -> bool:
 
 def device_clusters(device: torch.device | None = None) -> bool:
     """Whether kernels on a CUDA device (None: the current one) can launch in clusters (compute capability
-    9.0 and later); False under Triton's interpreter or without CUDA."""
-    if interpreter_enabled() or not torch.cuda.is_available() or (device is not None and device.type != "cuda"):
+    9.0 and later) with this Triton (kernels/_launch.py); False under Triton's interpreter or without CUDA."""
+    if interpreter_enabled() or not clusters_supported() or not torch.cuda.is_available() or (device is not None and device.type != "cuda"):
         return False
     return _cuda_clusters(torch.cuda.current_device() if device is None or device.index is None else device.index)
 

@@ -178,3 +178,40 @@ def test_raw_launch_is_captured_by_a_cuda_graph():
         graph.replay()
         torch.cuda.synchronize()
         torch.testing.assert_close(y, 3.0 * x)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Another Triton release: kernel[grid] everywhere, no clusters
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version, release", [("3.6.0", (3, 6)), ("3.6.1+git1a2b3c", (3, 6)), ("3.9.0rc1", (3, 9)),
+                                              ("4.0", (4, 0)), ("", (0, 0)), ("nightly", (0, 0))])
+def test_triton_release_reads_major_and_minor(version, release):
+    assert _launch.triton_release(version) == release
+
+
+def test_the_installed_release_decides_the_raw_route():
+    assert _launch.RAW_LAUNCH == (_launch.triton_release(triton.__version__) == _launch.WRITTEN_FOR)
+
+
+def test_another_release_binds_the_portable_launcher(monkeypatch):
+    monkeypatch.setattr(_launch, "RAW_LAUNCH", False)
+    x = torch.randn(3, 8)
+    y = torch.empty_like(x)
+    launch = _launch.bind(_scale_rows_kernel, (3,), (x, y, 8, x.stride(0), 2.0), varying=2, BLOCK_N=8)
+    assert launch.mode == "jit"
+    if not torch.cuda.is_available():
+        launch(x, y)
+        torch.testing.assert_close(y, 2 * x)
+
+
+def test_another_release_refuses_clusters_and_plans_without_them(monkeypatch):
+    from kernels import softmax_plan
+
+    monkeypatch.setattr(_launch, "RAW_LAUNCH", False)
+    assert not _launch.clusters_supported()
+    assert not softmax_plan.device_clusters()
+    x = torch.randn(4, 8)
+    with pytest.raises(RuntimeError, match="launches in clusters call Triton 3.6"):
+        _launch.bind(_scale_rows_kernel, (4,), (x, x, 8, 8, 1.0), varying=2, cluster=2, BLOCK_N=8)

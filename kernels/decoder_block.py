@@ -194,6 +194,11 @@ def check_decoder_inputs(op: str, config: DecoderConfig, dtype: torch.dtype, x, 
         if cache.dtype != dtype:
             raise TypeError(f"{op}: the cache has dtype {_name(cache.dtype)} but the block's weights have "
                             f"{_name(dtype)}; they must match.")
+        for name, t in (("k", cache.k), ("v", cache.v)):  # written in place by kernels/rotary.py
+            if any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)) or (t.stride(-1) != 1 and t.shape[-1] > 1):
+                raise ValueError(f"{op}: the cache's {name} has strides {tuple(t.stride())}; keys and values are "
+                                 "written in place, so the cache needs unit stride along head_dim and no overlapping "
+                                 "elements (no stride 0 from expand()); any other strides are accepted.")
         if pos is None:
             cache.check_position(0, seq)
         else:
@@ -220,6 +225,8 @@ class LabDecoderBlock(torch.nn.Module):
     forward(x [B, S, hidden], positions=None, cache=None) -> [B, S, hidden]: a causal prefill; positions [S]
     or [B, S] (arange(S) by default); with a cache, keys and values also go to its positions 0..S-1.
     decode(x [B, 1, hidden], cache, pos) -> [B, 1, hidden]: one token a sequence at position `pos` (an int).
+    Layouts: x and positions may have any strides (slices, x[::2], transposed storage, expanded views); the
+    cache any strides with unit stride along head_dim and no overlapping elements (it is written in place).
     """
 
     def __init__(self, weights: DecoderWeights, config: DecoderConfig, *, quant: str | None = None,
@@ -310,6 +317,8 @@ class LabDecoderBlock(torch.nn.Module):
         with op_label("rotary" if cache is None else "rotary+kv_cache_write"):  # the caller checked the position
             k_out = None if cache is None else cache.k[:, :, start:start + seq]
             v_out = None if cache is None else cache.v[:, :, start:start + seq]
+            if isinstance(positions, torch.Tensor) and positions.dtype not in (torch.int32, torch.int64):
+                positions = positions.long()  # the kernel reads int32 or int64; [S] elements, any stride
             return rotary_qkv(qkv, c.n_heads, c.n_kv_heads, c.head_dim, self.inv_half,
                               start if positions is None else positions, k_out=k_out, v_out=v_out)
 
@@ -340,8 +349,8 @@ class LabDecoderBlock(torch.nn.Module):
         # A step whose tensors have a layout checked before, at a position inside the cache, skips the checks:
         # nothing the checks read can differ (kernels' own routes re-check what they depend on).
         try:
-            key = (x.__class__, x.shape, x.dtype, x.device, cache.__class__, cache.k.shape, cache.k.dtype,
-                   cache.k.device, cache.v.shape, cache.v.dtype, cache.v.device)
+            key = (x.__class__, x.shape, x.dtype, x.device, cache.__class__, cache.k.shape, cache.k.stride(),
+                   cache.k.dtype, cache.k.device, cache.v.shape, cache.v.stride(), cache.v.dtype, cache.v.device)
             seen = key in self._checked and type(pos) is int and 0 <= pos < cache.k.shape[2]
         except Exception:  # noqa: BLE001 - not tensors, not a cache: the checks say what is wrong
             key, seen = None, False

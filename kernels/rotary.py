@@ -34,8 +34,8 @@ MAX_HEAD_DIM = 256
 @triton.jit(do_not_specialize=["pos0"])
 def _rotary_qkv_kernel(
     qkv_ptr, q_ptr, k_ptr, v_ptr, inv_freq_ptr, pos_ptr, pos0,
-    seq, stride_qkv, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh, stride_ks,
-    stride_vb, stride_vh, stride_vs,
+    seq, stride_xb, stride_xs, stride_pos, stride_f, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh,
+    stride_ks, stride_vb, stride_vh, stride_vs,
     N_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr,
     POS_TENSOR: tl.constexpr,
 ):
@@ -43,14 +43,14 @@ def _rotary_qkv_kernel(
     b = row // seq
     s = row % seq
     if POS_TENSOR:
-        p = tl.load(pos_ptr + s).to(tl.float32)
+        p = tl.load(pos_ptr + s * stride_pos).to(tl.float32)
     else:
         p = (pos0 + s).to(tl.float32)
     i = tl.arange(0, HALF)
-    theta = p * tl.load(inv_freq_ptr + i)
+    theta = p * tl.load(inv_freq_ptr + i.to(tl.int64) * stride_f)
     cos = tl.cos(theta)[None, :]
     sin = tl.sin(theta)[None, :]
-    src = qkv_ptr + row * stride_qkv
+    src = qkv_ptr + b * stride_xb + s * stride_xs  # the row of token (b, s); unit stride along it
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # over the H + 2 Hkv heads of the row
     col = heads[:, None] * (2 * HALF) + i[None, :]
     live = heads[:, None] < N_HEADS + 2 * N_KV_HEADS
@@ -81,7 +81,8 @@ def _block_h(half: int) -> int:
     return max(1, min(64, 1024 // half))
 
 
-# A bound launcher per layout: everything that fixes the compiled kernel, its grid and its fixed arguments.
+# A bound launcher per layout: everything that fixes the compiled kernel, its grid and its fixed arguments
+# (every stride the kernel reads: qkv's, positions', inv_freq's, and those of the given k_out and v_out).
 _ROUTES: dict[tuple, object] = {}
 
 
@@ -98,8 +99,6 @@ def _check(op, qkv, n_heads, n_kv_heads, head_dim, inv_freq, positions, k_out, v
     if qkv.shape[-1] != width:
         raise ValueError(f"{op}: qkv's last dimension is {qkv.shape[-1]}; (n_heads + 2 * n_kv_heads) * head_dim = "
                          f"({n_heads} + 2 * {n_kv_heads}) * {head_dim} = {width}.")
-    if qkv.stride(-1) != 1:
-        raise ValueError(f"{op}: qkv needs unit stride along its last dimension, got strides {tuple(qkv.stride())}.")
     if not isinstance(inv_freq, torch.Tensor) or inv_freq.dtype != torch.float32 or inv_freq.shape != (head_dim // 2,):
         raise ValueError(f"{op}: inv_freq must be a float32 tensor of shape [{head_dim // 2}] (head_dim / 2), got "
                          f"{getattr(inv_freq, 'dtype', type(inv_freq).__name__)} {tuple(getattr(inv_freq, 'shape', ()))}.")
@@ -113,10 +112,19 @@ def _check(op, qkv, n_heads, n_kv_heads, head_dim, inv_freq, positions, k_out, v
     for name, t in (("k_out", k_out), ("v_out", v_out)):
         if t is None:
             continue
-        if t.shape != (batch, n_kv_heads, seq, head_dim) or t.dtype != qkv.dtype or t.stride(-1) != 1:
-            raise ValueError(f"{op}: {name} must be [B, n_kv_heads, S, head_dim] = {(batch, n_kv_heads, seq, head_dim)} "
-                             f"of {qkv.dtype} with unit stride along head_dim, got {t.dtype} {tuple(t.shape)} strides "
-                             f"{tuple(t.stride())}.")
+        if not isinstance(t, torch.Tensor) or t.shape != (batch, n_kv_heads, seq, head_dim) or t.dtype != qkv.dtype:
+            raise ValueError(f"{op}: {name} must be a tensor [B, n_kv_heads, S, head_dim] = "
+                             f"{(batch, n_kv_heads, seq, head_dim)} of {qkv.dtype}, got "
+                             f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}.")
+        if any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
+            raise ValueError(f"{op}: {name} has elements that overlap in memory (stride 0 along a dimension of size "
+                             f"> 1, as expand() makes), got strides {tuple(t.stride())}; it is written in place, so "
+                             "every element needs memory of its own.")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{op}: {name} is written in place and needs unit stride along head_dim (any other "
+                             f"strides are accepted), got strides {tuple(t.stride())}.")
+    if k_out is not None and v_out is not None and k_out.numel() and k_out.data_ptr() == v_out.data_ptr():
+        raise ValueError(f"{op}: k_out and v_out are the same memory; keys and values need separate tensors.")
     check_device(op, *(t for t in (qkv, inv_freq, positions, k_out, v_out) if isinstance(t, torch.Tensor)))
 
 
@@ -126,9 +134,14 @@ def rotary_qkv(qkv: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int, 
     """(q [B, H, S, D], k, v [B, Hkv, S, D]) from the packed projection qkv [B, S, (H + 2 Hkv) D]: queries and
     keys turned by the rotary embedding at positions (an int start p for p..p+S-1, or a [S] int tensor),
     values as they are. k and v are written into `k_out` / `v_out` when given (e.g. cache slices
-    cache.k[:, :, p:p+S]; any strides with unit stride along D), else into new tensors. inv_freq: float32
-    [D/2], base^(-2i/D). dtype float32, float16 or bfloat16; D an even power of two up to 256. Inference only
-    (no gradient). On CUDA, or on the CPU with TRITON_INTERPRET=1.
+    cache.k[:, :, p:p+S]; any strides with unit stride along D and no two elements in one place), else into
+    new tensors. inv_freq: float32 [D/2], base^(-2i/D). dtype float32, float16 or bfloat16; D an even power of
+    two up to 256. Inference only (no gradient). On CUDA, or on the CPU with TRITON_INTERPRET=1.
+
+    Layouts: qkv, positions and inv_freq are read in place with any batch, sequence and element strides (a
+    batch slice x[:, :k], a [S, B, W] storage transposed to [B, S, W], positions[::2], expanded views),
+    except that qkv with a non-unit stride along its last dimension is copied once (qkv.contiguous(), one
+    extra read and write of it) so that each head's row stays one contiguous load.
     """
     pos_tensor = isinstance(positions, torch.Tensor)
     try:  # a layout seen before was checked then
@@ -147,6 +160,8 @@ def rotary_qkv(qkv: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int, 
     if route is None or torch.compiler.is_compiling() or not (pos_tensor or (type(positions) is int and positions >= 0)):
         _check("rotary_qkv", qkv, n_heads, n_kv_heads, head_dim, inv_freq, positions, k_out, v_out)
     batch, seq = qkv.shape[:2]
+    if qkv.stride(-1) != 1:  # rows must be contiguous runs for the kernel's loads: one documented copy
+        qkv = qkv.contiguous()
     q = torch.empty((batch, n_heads, seq, head_dim), dtype=qkv.dtype, device=qkv.device)
     k = torch.empty((batch, n_kv_heads, seq, head_dim), dtype=qkv.dtype, device=qkv.device) if k_out is None else k_out
     v = torch.empty((batch, n_kv_heads, seq, head_dim), dtype=qkv.dtype, device=qkv.device) if v_out is None else v_out
@@ -158,7 +173,8 @@ def rotary_qkv(qkv: torch.Tensor, n_heads: int, n_kv_heads: int, head_dim: int, 
         half = head_dim // 2
         block_h = _block_h(half)
         grid = (batch * seq, triton.cdiv(n_heads + 2 * n_kv_heads, block_h))
-        fixed = (seq, qkv.stride(1), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
+        fixed = (seq, qkv.stride(0), qkv.stride(1), positions.stride(0) if pos_tensor else 0, inv_freq.stride(0),
+                 *q.stride()[:3], *k.stride()[:3], *v.stride()[:3])
         route = bind(_rotary_qkv_kernel, grid, (qkv, q, k, v, inv_freq, pos_arg, pos0, *fixed), varying=7, scalars=1,
                      N_HEADS=n_heads, N_KV_HEADS=n_kv_heads, HALF=half, BLOCK_H=block_h, POS_TENSOR=pos_tensor,
                      num_warps=4)

@@ -199,6 +199,36 @@ def test_lab_prefill_matches_float64(dtype, shape, device):
     _check(out, ref64, DecoderBlock(w, CONFIG)(x, positions), dtype)
 
 
+@pytest.mark.parametrize("layout", ["stepped-positions", "batch-positions", "int16-positions", "stepped-x",
+                                    "cache-slice"])
+def test_lab_prefill_of_strided_inputs_matches_float64(layout, device):
+    """The reported case, positions = arange(10)[::2] (the rotary kernel read positions 0..4 and was 14% off),
+    and its kin: per-sequence positions with a stride, positions of a narrow dtype, x[:, ::2] of a longer x,
+    and a prefill into a cache that is a batch slice of a larger one."""
+    dtype, seq = torch.bfloat16, 5
+    w = _weights(dtype, device)
+    x = _x((BATCH, 2 * seq, CONFIG.hidden), dtype).to(device)[:, :seq]
+    positions, cache, cache64 = torch.arange(10, device=device)[::2], None, None
+    if layout == "batch-positions":
+        positions = torch.arange(4 * seq, device=device).view(seq, 4).t()[:BATCH]
+    elif layout == "int16-positions":
+        positions = positions.to(torch.int16)
+    elif layout == "stepped-x":
+        x = _x((BATCH, 2 * seq, CONFIG.hidden), dtype).to(device)[:, ::2]
+    elif layout == "cache-slice":
+        big = KVCache.allocate(CONFIG, BATCH + 1, CAPACITY, dtype, device)
+        big.k.fill_(math.nan)
+        big.v.fill_(math.nan)
+        cache = KVCache(big.k[1:], big.v[1:])
+        cache64 = KVCache.allocate(CONFIG, BATCH, CAPACITY, torch.float64, device)
+    out = LabDecoderBlock(w, CONFIG)(x, positions, cache)
+    ref64 = DecoderBlock(w.to(torch.float64), CONFIG)(x.double(), positions, cache64)
+    _check(out, ref64, DecoderBlock(w, CONFIG)(x, positions), dtype)
+    if cache is not None:
+        assert rel_err(cache.k[:, :, :seq], cache64.k[:, :, :seq]) <= BOUNDS[dtype]
+        assert torch.isnan(big.k[0]).all() and torch.isnan(big.k[1:, :, seq:]).all(), "a write outside the slice"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_lab_prefill_writes_the_cache_and_decode_continues(dtype, device):
     """Prefill into a NaN-poisoned cache, then decode two steps: outputs and cache against the reference's,
@@ -442,6 +472,10 @@ def test_bad_calls_are_named_with_what_is_accepted(device):
         lab(x, torch.zeros(1, device=device))
     with pytest.raises(ValueError, match=r"this call needs batch, n_kv_heads, head_dim = \(1, 1, 64\)"):
         lab.decode(x[:1], cache, 3)
+    with pytest.raises(ValueError, match=r"the cache's k has strides \(.*\); keys and values are written in place"):
+        lab.decode(x, KVCache(cache.k.transpose(2, 3).contiguous().transpose(2, 3), cache.v), 3)
+    with pytest.raises(ValueError, match=r"the cache's v has strides \(0, .*no overlapping elements"):
+        lab.decode(x, KVCache(cache.k, cache.v[:1].expand(cache.v.shape)), 3)
     with pytest.raises(TypeError, match="the cache has dtype float16"):
         lab.decode(x, KVCache.allocate(CONFIG, BATCH, CAPACITY, torch.float16, device), 3)
     with pytest.raises(ValueError, match="KV cache holds 40 positions; position 40 is past its end"):

@@ -84,6 +84,43 @@ def test_a_route_serves_only_its_layout_and_positions_stay_runtime(device, gen):
     assert _err(q, _reference(longer, torch.arange(1, 4))[0]) <= TOLERANCE[torch.float32]
 
 
+# Layouts of the reported wrong answers: each read with the wrong stride before the kernel took qkv's batch and
+# sequence strides, the positions' stride and inv_freq's stride (a batch slice gave a relative error of 1.2).
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["batch-slice", "seq-by-batch", "strided-positions", "strided-inv-freq"])
+def test_strided_layouts_match_float64(layout, dtype, device, gen):
+    batch, seq, width = 2, 4, (H + 2 * HKV) * D
+    full = torch.randn(batch, 9, width, generator=gen).to(device=device, dtype=dtype)
+    qkv, positions, inv = full[:, :seq], torch.tensor([3, 9, 1, 40], device=device), _inv_half(device)
+    if layout == "batch-slice":  # x[:, :4] of a longer tensor: batch stride 9 * width, sequence stride width
+        positions = 2
+    elif layout == "seq-by-batch":  # [S, B, W] storage seen as [B, S, W]: sequence stride B * width
+        qkv = full[:, :seq].transpose(0, 1).contiguous().transpose(0, 1)
+    elif layout == "strided-positions":
+        positions = torch.arange(10, device=device)[::2][:seq]
+    else:
+        inv = torch.stack([inv, torch.full_like(inv, float("nan"))], dim=1)[:, 0]
+    assert not qkv.is_contiguous() or layout.startswith("strided")
+    q, k, v = rotary_qkv(qkv, H, HKV, D, inv, positions)
+    p = torch.arange(positions, positions + seq) if isinstance(positions, int) else positions
+    rq, rk, rv = _reference(qkv, p)
+    assert _err(q, rq) <= TOLERANCE[dtype] and _err(k, rk) <= TOLERANCE[dtype]
+    assert torch.equal(v.double().cpu(), rv)
+
+
+def test_overlapping_or_strided_head_dim_outputs_are_refused(device):
+    qkv = torch.zeros(1, 2, (H + 2 * HKV) * D, device=device)
+    cache = torch.zeros(1, HKV, 2, D, device=device)
+    with pytest.raises(ValueError, match="k_out has elements that overlap in memory"):
+        rotary_qkv(qkv, H, HKV, D, _inv_half(device), 0, k_out=cache[:, :, :1].expand(1, HKV, 2, D))
+    with pytest.raises(ValueError, match="v_out is written in place and needs unit stride along head_dim"):
+        rotary_qkv(qkv, H, HKV, D, _inv_half(device), 0, v_out=cache.transpose(2, 3).contiguous().transpose(2, 3))
+    with pytest.raises(ValueError, match="k_out and v_out are the same memory"):
+        rotary_qkv(qkv, H, HKV, D, _inv_half(device), 0, k_out=cache, v_out=cache)
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(qkv="int"), "qkv"),
     (dict(qkv="2d"), "qkv must have shape"),

@@ -1,6 +1,6 @@
 """GPU check of the Gluon attention forward (kernels/attention_gluon.py) on Hopper: correctness, then timings.
 
-    python checks/attention_gluon.py OUT_DIR
+    python checks/attention_gluon.py OUT_DIR [--variants]
 
 1. correctness, in a child process (a hang or a crash there cannot take the timings with it): the Gluon
    forward against float64 (tests/test_attention.py's bounds) over causal and not, head dims 64 and 128,
@@ -47,6 +47,28 @@ FORWARD_CASES = [
 MASK_CASES = [(128, False), (64, True)]
 GRAD_CASES = [((2, 4, 2, 333, 333, 128), True, "bfloat16"), ((1, 2, 2, 200, 200, 64), False, "float16")]
 TIMED = [(s, d, c) for d in (64, 128) for s in (1024, 4096) for c in (False, True)]
+# --variants: Gluon plans beside the default (ping-pong consumers, other ring depths), two more lengths at
+# head dim 128, CUDA-graph timings (no host work between launches) beside do_bench's, and the correctness
+# cases again under ping-pong.
+VARIANTS = "--variants" in sys.argv
+if VARIANTS:
+    TIMED = [(s, d, c) for d in (64, 128) for s in ((1024, 4096) if d == 64 else (1024, 2048, 4096, 8192))
+             for c in (False, True)]
+    sys.argv.remove("--variants")
+
+
+def _variant_plans(head_dim: int) -> dict:
+    from dataclasses import replace
+
+    from kernels.attention import plan_attention
+
+    base = plan_attention(4096, head_dim, __import__("torch").bfloat16, False, impl="gluon")
+    deeper = {64: 4, 128: 3}[head_dim]
+    plans = {"gluon_pp": replace(base, pingpong=True)}
+    if head_dim == 128:
+        plans |= {f"gluon_s{deeper}": replace(base, num_stages=deeper),
+                  f"gluon_pp_s{deeper}": replace(base, num_stages=deeper, pingpong=True)}
+    return plans
 
 
 def _correctness(out: Path) -> int:
@@ -82,6 +104,16 @@ def _correctness(out: Path) -> int:
             o, lse = poisoned_forward(q, k, v, causal, 1 / math.sqrt(shape[-1]))
             _check_forward(o, lse, q, k, v, causal)
         record(f"forward {shape} causal={causal} {dtype_name}", forward)
+    if VARIANTS:  # every variant plan over part of the cases
+        for shape, causal, dtype_name in FORWARD_CASES[:7:2] + [FORWARD_CASES[1]]:
+            for name, plan in _variant_plans(shape[-1]).items():
+                def variant(shape=shape, causal=causal, dtype=getattr(torch, dtype_name), plan=plan):
+                    q, k, v = _inputs(shape, dtype, "cuda", gen)
+                    o = torch.full_like(q, math.nan)
+                    lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=q.device)
+                    attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), plan, out=o, lse=lse)
+                    _check_forward(o, lse, q, k, v, causal)
+                record(f"{name} {shape} causal={causal} {dtype_name}", variant)
 
     for head_dim, causal in MASK_CASES:
         def masked(head_dim=head_dim, causal=causal):
@@ -135,12 +167,18 @@ def _timings(out: Path) -> int:
         row = {"S": seq, "D": head_dim, "causal": causal, "B": batch, "H": heads}
         runs = {"gluon": lambda: attention_fwd(q, k, v, causal, scale, impl="gluon"),
                 "triton": lambda: attention_fwd(q, k, v, causal, scale, impl="triton"), "cudnn": cudnn}
+        if VARIANTS:
+            for name, plan in _variant_plans(head_dim).items():
+                runs[name] = lambda plan=plan: attention_fwd(q, k, v, causal, scale, plan)
         for name, fn in runs.items():
             try:
                 fn()
                 torch.cuda.synchronize()
                 ms = triton.testing.do_bench(fn, warmup=25, rep=100)
                 row[name] = {"ms": ms, "tflops": flops / ms / 1e9}
+                if VARIANTS and name in ("gluon", "triton", "cudnn"):
+                    graph_ms = triton.testing.do_bench_cudagraph(fn, rep=50)
+                    row[name] |= {"graph_ms": graph_ms, "graph_tflops": flops / graph_ms / 1e9}
             except Exception as e:
                 row[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         for name in ("gluon", "triton"):
@@ -155,8 +193,9 @@ def _timings(out: Path) -> int:
 def _child(phase: str, out_dir: Path, timeout_s: int) -> tuple[int | None, str]:
     """Runs one phase in a child; (exit status or None on timeout, the tail of its output)."""
     try:
-        done = subprocess.run([sys.executable, __file__, "--phase", phase, str(out_dir)], capture_output=True,
-                              text=True, timeout=timeout_s)
+        done = subprocess.run([sys.executable, __file__, "--phase", phase, str(out_dir)]
+                              + (["--variants"] if VARIANTS else []), capture_output=True, text=True,
+                              timeout=timeout_s)
         return done.returncode, (done.stdout + done.stderr)[-6000:]
     except subprocess.TimeoutExpired as e:
         text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -212,11 +251,18 @@ def main() -> int:
             print(f"FAIL {row['case']}: {row['error'][:300]}")
     print(f"correctness: {sum(r['ok'] for r in report['correctness'].get('rows', []))} of "
           f"{len(report['correctness'].get('rows', []))} cases passed")
-    print(f"{'S':>5} {'D':>4} {'causal':>6} | {'gluon':>7} {'triton':>7} {'cudnn':>7} TFLOP/s | gluon/cudnn triton/cudnn")
+    print(f"{'S':>5} {'D':>4} {'causal':>6} | {'gluon':>7} {'triton':>7} {'cudnn':>7} TFLOP/s | "
+          "gluon/cudnn triton/cudnn")
     for row in report.get("timings", {}).get("rows", []):
         tf = [row[n].get("tflops", float("nan")) for n in ("gluon", "triton", "cudnn")]
         print(f"{row['S']:>5} {row['D']:>4} {str(row['causal']):>6} | {tf[0]:7.0f} {tf[1]:7.0f} {tf[2]:7.0f}         | "
               f"{row.get('gluon_vs_cudnn', float('nan')):11.2f} {row.get('triton_vs_cudnn', float('nan')):12.2f}")
+    if VARIANTS:
+        print("variants, TFLOP/s (do_bench; graph: CUDA-graph replay, no host work between launches)")
+        for row in report.get("timings", {}).get("rows", []):
+            cells = [f"{k} {v['tflops']:.0f}" + (f" (graph {v['graph_tflops']:.0f})" if "graph_tflops" in v else "")
+                     for k, v in row.items() if isinstance(v, dict) and "tflops" in v]
+            print(f"{row['S']} {row['D']} {row['causal']}: " + ", ".join(cells))
     return status
 
 

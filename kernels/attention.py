@@ -30,16 +30,29 @@ shape and dtype (a pure, tabulated rule); `impl=` or the LAB_ATTENTION_IMPL envi
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-import os
 from dataclasses import asdict, dataclass
 
 import torch
 import triton
 
 from kernels import attention_kernels
+from kernels.attention_choice import (  # noqa: F401 (the choice's names, importable from here)
+    GLUON_AUTO_MIN_KEYS,
+    GLUON_BLOCK_M,
+    GLUON_BLOCK_N,
+    GLUON_PINGPONG,
+    GLUON_STAGES,
+    GLUON_WARPS,
+    IMPL_ENV,
+    IMPLS,
+    choose_forward_impl,
+    default_impl,
+    gluon_forward_refusal,
+    gluon_imports,
+    gluon_preferred,
+)
 from kernels._checks import check_device, check_dtype, interpreter_enabled
 from kernels.attention_kernels import (
     LOG2E,
@@ -109,6 +122,7 @@ class AttentionPlan:
     tma: bool = False  # forward: K and V tiles through tensor descriptors (TMA on Hopper)
     warp_specialize: bool = False  # forward, with tma: warp-specialised unmasked loop
     impl: str = "triton"  # "triton" (kernels/attention_kernels.py) or "gluon" (kernels/attention_gluon.py)
+    pingpong: bool = False  # Gluon forward: the two consumer warpgroups issue their products in turns
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -131,7 +145,7 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
                         "dtypes are float16, bfloat16.")
     if direction == "forward" and impl == "gluon":
         return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
-                             warp_specialize=True, impl="gluon")
+                             warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG)
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
     if direction == "forward" and head_dim in _SHORT_KEYS_TILE and (seq_q if seq_k is None else seq_k) <= SHORT_KEYS_MAX:
         block_m, block_n, num_warps, num_stages = _SHORT_KEYS_TILE[head_dim]
@@ -142,63 +156,8 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
 
 
 # --------------------------------------------------------------------------------------------------------
-# Which forward: the Gluon kernel on Hopper where it applies, the Triton kernel everywhere else
+# Which forward (the rule is kernels/attention_choice.py's); the facts about these tensors and this device
 # --------------------------------------------------------------------------------------------------------
-
-IMPLS = ("auto", "triton", "gluon")
-IMPL_ENV = "LAB_ATTENTION_IMPL"  # the default of `impl` where the caller gives none
-# The Gluon forward's fixed plan (kernels/attention_gluon.py): 2 x 64 queries a program, 128 keys a tile,
-# 4 + 4 + 1 warps (two consumer warpgroups and a loader; 12 launched, whole warpgroups), K/V ring stages by head dim.
-GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS = 128, 128, 12
-GLUON_STAGES = {64: 3, 128: 2}
-# Whether "auto" takes the Gluon forward where it applies. Off until the kernel's GPU checks
-# (checks/attention_gluon.py) pass on the H100: until then it runs only when asked for by name.
-AUTO_CHOOSES_GLUON = False
-
-
-def gluon_forward_refusal(capability: tuple[int, int] | None, gluon_imports: bool, head_dim: int,
-                          dtype: torch.dtype, descriptors_fit: bool, interpreter: bool) -> str | None:
-    """Why the Gluon forward cannot run these inputs (None: it can). capability: the CUDA device's
-    (major, minor), None off CUDA; descriptors_fit: q, k and v take tensor descriptors (16-byte aligned
-    bases and strides, positive strides, unit last stride)."""
-    if interpreter:
-        return "Triton's interpreter does not run Gluon kernels"
-    if capability is None or capability[0] != 9:
-        return f"the Gluon forward is written for Hopper (sm_90); the device is {capability or 'not CUDA'}"
-    if not gluon_imports:
-        return "triton.experimental.gluon does not import in this Triton"
-    if head_dim not in GLUON_STAGES:
-        return f"head_dim {head_dim} is not one of the Gluon forward's {tuple(GLUON_STAGES)}"
-    if dtype not in SUPPORTED_DTYPES:
-        return f"dtype {dtype} is not float16 or bfloat16"
-    if not descriptors_fit:
-        return "q, k or v does not fit a tensor descriptor (16-byte aligned base and strides, positive strides)"
-    return None
-
-
-def choose_forward_impl(impl: str, capability: tuple[int, int] | None, gluon_imports: bool, head_dim: int,
-                        dtype: torch.dtype, descriptors_fit: bool, interpreter: bool,
-                        auto_gluon: bool = AUTO_CHOOSES_GLUON) -> str:
-    """"triton" or "gluon", the forward kernel that runs. "auto": Gluon where it applies (and auto_gluon),
-    else Triton; "triton": always Triton; "gluon": Gluon, or ValueError naming why it cannot run."""
-    if impl not in IMPLS:
-        raise ValueError(f"attention: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
-    if impl == "triton":
-        return "triton"
-    refusal = gluon_forward_refusal(capability, gluon_imports, head_dim, dtype, descriptors_fit, interpreter)
-    if impl == "gluon" and refusal is not None:
-        raise ValueError(f"attention: impl='gluon' cannot run here: {refusal}.")
-    return "gluon" if refusal is None and (impl == "gluon" or auto_gluon) else "triton"
-
-
-@functools.cache
-def gluon_imports() -> bool:
-    """Whether the Gluon forward's module imports (triton.experimental.gluon with Hopper's TMA and wgmma)."""
-    try:
-        import kernels.attention_gluon  # noqa: F401
-    except Exception:  # an older or newer Triton without these names
-        return False
-    return True
 
 
 def _capability(device) -> tuple[int, int] | None:
@@ -210,18 +169,13 @@ def _descriptors_fit(*tensors: torch.Tensor) -> bool:
     return _tma_fits(*tensors) and all(s > 0 for t in tensors for s in t.stride())
 
 
-def default_impl() -> str:
-    """The `impl` a caller who gives none asks for: $LAB_ATTENTION_IMPL, or "auto"."""
-    return os.environ.get(IMPL_ENV, "auto")
-
-
 def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, impl: str | None = None) -> str:
     """choose_forward_impl's answer for these tensors on their device."""
     impl = default_impl() if impl is None else impl
     if impl == "triton":
         return "triton"
     return choose_forward_impl(impl, _capability(q.device), gluon_imports(), q.shape[-1], q.dtype,
-                               _descriptors_fit(q, k, v), interpreter_enabled())
+                               _descriptors_fit(q, k, v), interpreter_enabled(), q.shape[2], k.shape[2])
 
 
 def plan_forward_on(device, seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
@@ -229,8 +183,9 @@ def plan_forward_on(device, seq_q: int, head_dim: int, dtype: torch.dtype, causa
     """The forward plan `attention` launches on `device` for contiguous inputs of these sizes (the plan
     experiments record)."""
     impl = default_impl() if impl is None else impl
+    seq_k = seq_q if seq_k is None else seq_k
     chosen = "triton" if impl == "triton" else choose_forward_impl(
-        impl, _capability(device), gluon_imports(), head_dim, dtype, True, interpreter_enabled())
+        impl, _capability(device), gluon_imports(), head_dim, dtype, True, interpreter_enabled(), seq_q, seq_k)
     return plan_attention(seq_q, head_dim, dtype, causal, "forward", seq_k, impl=chosen)
 
 
@@ -299,7 +254,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     if plan.impl == "gluon":
         from kernels.attention_gluon import attention_fwd_gluon
 
-        attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask)
+        attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong)
         return o, lse
     use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None

@@ -17,6 +17,10 @@ Its warps are split into three partitions (gl.warp_specialize):
   while the tensor cores still work on tile j - 1. A consumer frees K_j as soon as S_j is in its registers
   and V_{j-1} once its product is done; each free barrier counts both consumers.
 
+PINGPONG (a plan option, off in the lab's plan): the two consumers also issue their products in turns,
+consumer 0, then 1, then 0 (two more mbarriers), so one's exponentials run while the other's products hold
+the tensor cores; timed on the H100 it changed little (notes/attention.md, 2026-11-26).
+
 The Q tile stays in shared memory for the whole key loop; P goes from the score accumulator to the value
 product's register operand without touching shared memory. The running maximum m and normaliser d are
 kept in base 2 (x = s * log2 e), as the Triton kernel keeps them; O = acc / d and lse = (m + log2 d) ln 2.
@@ -107,10 +111,25 @@ def _softmax_tile(s, m, d, keys, limit, kept, qk_scale, MASK: gl.constexpr, KEY_
 
 
 @gluon.jit
-def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free, mask_base, limit,
+def _take_turn(turn, i, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    # PINGPONG: the two consumers issue their tensor-core work in turns (0, 1, 0, 1, ...), so one's
+    # exponentials run while the other's products occupy the tensor cores. Issue i of consumer WG waits for
+    # the other's issue before it (consumer 0's first passes: barriers start with phase 1 complete).
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), (i & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG))
+
+
+@gluon.jit
+def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free, turn, mask_base, limit,
                    lo, hi, seq_k, stride_mk, qk_scale, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    STAGES: gl.constexpr, MASK: gl.constexpr, KEY_MASK: gl.constexpr, s_layout: gl.constexpr,
-                   o_layout: gl.constexpr, p_layout: gl.constexpr):
+                   o_layout: gl.constexpr, p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr):
     # Key tiles [lo, hi), lo >= 1: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued back to back; the softmax of
     # S_j runs while the second product is in flight.
     wg_m: gl.constexpr = q_view.shape[0]
@@ -120,10 +139,12 @@ def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_r
         prev = (j - 1) % STAGES
         mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
         k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        _take_turn(turn, j, WG, PINGPONG)
         s_acc = warpgroup_mma(q_view, k_t, gl.zeros([wg_m, BLOCK_N], gl.float32, s_layout),
                               use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
         o_acc = warpgroup_mma(p_prev, v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM]), o, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(1, deps=(s_acc, ))
         mbarrier.arrive(k_free.index(slot))
         keys = j * BLOCK_N + cols
@@ -140,10 +161,10 @@ def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_r
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o_ptr, lse_ptr, mask_ptr,
+def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
               b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
               stride_mk, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr):
+              CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr):
     # Warpgroup WG's 64 queries against every key tile the program walks; writes their O rows and lse.
     wg_m: gl.constexpr = q_smem.shape[3]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -174,8 +195,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o
     mbarrier.wait(q_bar, 0)
     mbarrier.wait(k_ready.index(0), 0)
     k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    _take_turn(turn, 0, WG, PINGPONG)
     s_acc = warpgroup_mma(q_view, k_t, gl.zeros([wg_m, BLOCK_N], gl.float32, s_layout), use_acc=False,
                           is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
     s = warpgroup_mma_wait(0, deps=(s_acc, ))
     mbarrier.arrive(k_free.index(0))
     keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -188,15 +211,17 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o
 
     mid = gl.maximum(n_full, 1)
     o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
-                                     mask_base, limit, 1, mid, seq_k, stride_mk, qk_scale, BLOCK_N, HEAD_DIM,
-                                     STAGES, False, KEY_MASK, s_layout, o_layout, p_layout)
+                                     turn, mask_base, limit, 1, mid, seq_k, stride_mk, qk_scale, BLOCK_N, HEAD_DIM,
+                                     STAGES, False, KEY_MASK, s_layout, o_layout, p_layout, WG, PINGPONG)
     o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
-                                     mask_base, limit, mid, n_tiles, seq_k, stride_mk, qk_scale, BLOCK_N,
-                                     HEAD_DIM, STAGES, True, KEY_MASK, s_layout, o_layout, p_layout)
+                                     turn, mask_base, limit, mid, n_tiles, seq_k, stride_mk, qk_scale, BLOCK_N,
+                                     HEAD_DIM, STAGES, True, KEY_MASK, s_layout, o_layout, p_layout, WG, PINGPONG)
     # The last tile's value product.
     last = n_tiles - 1
     mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    _take_turn(turn, n_tiles, WG, PINGPONG)
     o_acc = warpgroup_mma(p_prev, v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM]), o, is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
     o, p_prev = warpgroup_mma_wait(0, deps=(o_acc, p_prev))
     mbarrier.arrive(v_free.index(last % STAGES))
 
@@ -214,21 +239,21 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o
 
 
 @gluon.jit
-def _consumer_1(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o_ptr, lse_ptr, mask_ptr,
+def _consumer_1(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
                 b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
                 stride_mk, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr):
-    _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o_ptr, lse_ptr, mask_ptr, b, h, bh,
-              start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk, 1,
-              HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK)
+                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr):
+    _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr, b, h,
+              bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk, 1,
+              HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)
 
 
 @gluon.jit
 def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq_k, n_heads, group,
                                 qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk,
                                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                                LOADER_REGS: gl.constexpr):
+                                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr,
+                                CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
     # One program: 2 x 64 queries of one (batch, head); causal programs start with the longest rows.
     wg_m: gl.constexpr = q_desc.block_type.shape[2]
     block_m: gl.constexpr = 2 * wg_m
@@ -256,7 +281,10 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
     k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
@@ -265,12 +293,12 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o_ptr, lse_ptr, mask_ptr, b, h,
-                     bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
-                     stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK)),
-        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, o_ptr, lse_ptr, mask_ptr, b,
-                       h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
-                       stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK)),
+        (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+                     b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
+                     stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)),
+        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                       mask_ptr, b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os,
+                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, b, h, h_kv,
                    start_m, n_tiles, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
@@ -291,7 +319,8 @@ def descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), shape, layout)
 
 
-def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None) -> tuple:
+def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
+                pingpong: bool = False) -> tuple:
     """(grid, positional args, meta) of one launch; the tensors may live on the 'meta' device (shapes and
     strides only), which is how the CPU compiles the kernel for sm_90 without a GPU."""
     batch, n_heads, seq_q, head_dim = q.shape
@@ -304,20 +333,22 @@ def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_ma
             n_heads, n_heads // n_kv_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2), stride_mb,
             stride_mk)
     meta = dict(HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal,
-                KEY_MASK=key_mask is not None, CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
+                KEY_MASK=key_mask is not None, PINGPONG=pingpong, CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
     grid = (triton.cdiv(seq_q, BLOCK_M) * batch * n_heads,)
     return grid, args, meta
 
 
-def attention_fwd_gluon(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None) -> None:
+def attention_fwd_gluon(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
+                        pingpong: bool = False) -> None:
     """Writes O into o and lse (fp32, natural log) into lse; q, k, v (batch, heads, seq, head_dim) with
     16-byte aligned bases and strides and a unit last stride; seq_q, seq_k >= 1 (the caller handles empty
     shapes)."""
-    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask)
+    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong)
     _attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
 
 
-def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int):
+def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int,
+                     pingpong: bool = False):
     """The kernel compiled for sm_90 from shapes alone (no GPU: the CPU can check it builds, its registers
     and its shared memory)."""
     from triton.backends.compiler import GPUTarget
@@ -327,7 +358,7 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: 
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
-    _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask)
+    _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong)
     fn = _attention_fwd_gluon_kernel
     signature, constants, attrs = dict.fromkeys(meta, "constexpr"), dict(meta), {}
     for i, (name, arg) in enumerate(zip(fn.arg_names, args)):

@@ -116,19 +116,21 @@ def test_strided_inputs_and_a_strided_output(gen):
 # ---------------------------------------------------------------------------------------------------------
 
 HOPPER = (9, 0)
-#        impl, capability, gluon imports, head_dim, dtype, descriptors fit, interpreter, auto_gluon -> kernel
+#        impl, capability, gluon imports, head_dim, dtype, descriptors fit, interpreter, seq_q, seq_k -> kernel
 CHOICES = [
-    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, True, "gluon"),
-    ("auto", HOPPER, True, 64, torch.float16, True, False, True, "gluon"),
-    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, False, "triton"),  # auto not yet switched on
-    ("auto", (8, 0), True, 128, torch.bfloat16, True, False, True, "triton"),  # Ampere
-    ("auto", (10, 0), True, 128, torch.bfloat16, True, False, True, "triton"),  # Blackwell: no wgmma
-    ("auto", None, True, 128, torch.bfloat16, True, True, True, "triton"),  # the interpreter
-    ("auto", HOPPER, False, 128, torch.bfloat16, True, False, True, "triton"),  # no Gluon in this Triton
-    ("auto", HOPPER, True, 96, torch.bfloat16, True, False, True, "triton"),
-    ("auto", HOPPER, True, 128, torch.bfloat16, False, False, True, "triton"),  # misaligned strides
-    ("triton", HOPPER, True, 128, torch.bfloat16, True, False, True, "triton"),
-    ("gluon", HOPPER, True, 128, torch.bfloat16, True, False, False, "gluon"),
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "gluon"),
+    ("auto", HOPPER, True, 128, torch.float16, True, False, 2048, 2048, "gluon"),
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 1024, 1024, "triton"),  # short key loop
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 64, 8192, "triton"),  # decode-like query block
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 8192, 8192, "triton"),  # slower than Triton at 64
+    ("auto", (8, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # Ampere
+    ("auto", (10, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # Blackwell: no wgmma
+    ("auto", None, True, 128, torch.bfloat16, True, True, 4096, 4096, "triton"),  # the interpreter
+    ("auto", HOPPER, False, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # no Gluon in this Triton
+    ("auto", HOPPER, True, 96, torch.bfloat16, True, False, 4096, 4096, "triton"),
+    ("auto", HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096, "triton"),  # misaligned strides
+    ("triton", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),
+    ("gluon", HOPPER, True, 64, torch.bfloat16, True, False, 17, 17, "gluon"),  # asked for by name
 ]
 
 
@@ -138,9 +140,17 @@ def test_the_forward_kernel_choice(row):
     assert choose_forward_impl(*facts) == expected
 
 
-@pytest.mark.parametrize("facts", [((8, 9), True, 128, torch.bfloat16, True, False),
-                                   (HOPPER, True, 128, torch.bfloat16, True, True),
-                                   (HOPPER, True, 128, torch.bfloat16, False, False)])
+def test_the_preference_table():
+    assert attn.gluon_preferred(128, 4096, attn.GLUON_AUTO_MIN_KEYS[128])
+    assert not attn.gluon_preferred(128, 4096, attn.GLUON_AUTO_MIN_KEYS[128] - 1)
+    assert not attn.gluon_preferred(128, attn.SHORT_QUERY_MAX, 4096)
+    assert not any(attn.gluon_preferred(64, s, s) for s in (128, 4096, 65536))
+    assert importlib.import_module("kernels.attention_choice").GLUON_MAX_SHORT_QUERIES == attn.SHORT_QUERY_MAX
+
+
+@pytest.mark.parametrize("facts", [((8, 9), True, 128, torch.bfloat16, True, False, 4096, 4096),
+                                   (HOPPER, True, 128, torch.bfloat16, True, True, 4096, 4096),
+                                   (HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096)])
 def test_asking_for_gluon_where_it_cannot_run_says_why(facts):
     with pytest.raises(ValueError, match="impl='gluon' cannot run here"):
         choose_forward_impl("gluon", *facts)

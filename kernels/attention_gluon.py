@@ -60,9 +60,9 @@ _LN2 = gl.constexpr(LN2)  # readable inside the kernels
 WARPGROUP_M = 64  # queries a consumer warpgroup holds
 BLOCK_M = 2 * WARPGROUP_M  # queries a program holds (two consumers)
 BLOCK_N = 128  # keys a tile
-# The ring's stages come from the caller's plan (kernels/attention.py: 3 at D = 64, 2 at D = 128). Shared
-# memory, two-byte elements: Q 2 x 64 x D and STAGES slots of K and V, BLOCK_N x D each; at D = 128 three
-# stages would take 224 KiB of the H100's 227, leaving nothing for the compiler's scratch.
+# The ring's stages come from the caller's plan (kernels/attention_choice.py: 3 at D = 64, 2 at D = 128).
+# Shared memory, two-byte elements: Q 2 x 64 x D and STAGES slots of K and V, BLOCK_N x D each: 164,176
+# bytes compiled at D = 128; a third stage there fits (229,776 of the H100's 232,448) but ran 0-9% slower.
 # Registers a thread: each consumer holds S (64 x 128 fp32, 64 a thread), O (64 x D fp32) and P (bf16);
 # the loader holds scalars. 4 + 4 + 1 warps occupy three warpgroups: 3 x 128 threads x 168 = 64,512 of
 # the SM's 65,536 registers, handed out as 240 to each consumer and 24 to the loader.

@@ -28,7 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from experiments.spec import Case, PointColumn, Profile
 from kernels import reference_attention as reference
-from kernels.attention import attention, plan_attention, plan_attention_backward
+from kernels.attention import attention, plan_attention_backward, plan_forward_on
 
 TOKENS = 16384
 WIDTH = 2048  # H·D
@@ -272,7 +272,8 @@ def _unfused_unsupported(direction: str):
 
 
 def forward_plan(case: Case, dtype: torch.dtype) -> dict:
-    return plan_attention(case["S"], case["D"], dtype, bool(case["causal"])).as_dict()
+    """The forward plan `attention` launches here, its kernel (plan "impl": Triton or Gluon) included."""
+    return plan_forward_on(_device(), case["S"], case["D"], dtype, bool(case["causal"])).as_dict()
 
 
 def backward_plan(case: Case, dtype: torch.dtype) -> dict:

@@ -20,6 +20,12 @@ The backward recomputes P from Q, K and the saved lse instead of storing it: a d
 for dK and dV (keys resident) and one for dQ (queries resident), each gradient written once from registers,
 so runs are bitwise reproducible. The tile tables below are fixed per head_dim, dtype and direction (no
 autotuning): every run launches the same plan.
+
+Two forwards compute the same O and lse: the Triton kernel (kernels/attention_kernels.py; any GPU Triton
+runs on, and the interpreter) and a Gluon kernel for Hopper (kernels/attention_gluon.py: a TMA loader and
+two consumer warpgroups, warp-specialised). `choose_forward_impl` picks one from facts about the device,
+shape and dtype (a pure, tabulated rule); `impl=` or the LAB_ATTENTION_IMPL environment variable ("auto",
+"triton" or "gluon") overrides it. Both save the same lse, so the Triton backward serves either.
 """
 
 from __future__ import annotations
@@ -32,6 +38,21 @@ import torch
 import triton
 
 from kernels import attention_kernels
+from kernels.attention_choice import (  # noqa: F401 (the choice's names, importable from here)
+    GLUON_AUTO_MIN_KEYS,
+    GLUON_BLOCK_M,
+    GLUON_BLOCK_N,
+    GLUON_PINGPONG,
+    GLUON_STAGES,
+    GLUON_WARPS,
+    IMPL_ENV,
+    IMPLS,
+    choose_forward_impl,
+    default_impl,
+    gluon_forward_refusal,
+    gluon_imports,
+    gluon_preferred,
+)
 from kernels._checks import check_device, check_dtype, interpreter_enabled
 from kernels.attention_kernels import (
     LOG2E,
@@ -100,15 +121,20 @@ class AttentionPlan:
     num_stages: int
     tma: bool = False  # forward: K and V tiles through tensor descriptors (TMA on Hopper)
     warp_specialize: bool = False  # forward, with tma: warp-specialised unmasked loop
+    impl: str = "triton"  # "triton" (kernels/attention_kernels.py) or "gluon" (kernels/attention_gluon.py)
+    pingpong: bool = False  # Gluon forward: the two consumer warpgroups issue their products in turns
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
-                   direction: str = "forward", seq_k: int | None = None) -> AttentionPlan:
+                   direction: str = "forward", seq_k: int | None = None, impl: str = "triton") -> AttentionPlan:
     """The launch plan for one kernel of `direction` at this query length (and key length, None: the query
-    length), head_dim and dtype."""
+    length), head_dim and dtype. impl: the forward's kernel, "triton" or "gluon" (choose_forward_impl's
+    answer); the backward is always Triton's."""
+    if impl not in ("triton", "gluon"):
+        raise ValueError(f"attention: impl must be 'triton' or 'gluon' once chosen, got {impl!r}.")
     if direction not in DIRECTIONS:
         raise ValueError(f"attention: direction must be one of {', '.join(map(repr, DIRECTIONS))}, got {direction!r}.")
     if head_dim not in HEAD_DIMS:
@@ -117,6 +143,9 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"attention: dtype {str(dtype).removeprefix('torch.')} is not supported; supported "
                         "dtypes are float16, bfloat16.")
+    if direction == "forward" and impl == "gluon":
+        return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
+                             warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG)
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
     if direction == "forward" and head_dim in _SHORT_KEYS_TILE and (seq_q if seq_k is None else seq_k) <= SHORT_KEYS_MAX:
         block_m, block_n, num_warps, num_stages = _SHORT_KEYS_TILE[head_dim]
@@ -124,6 +153,40 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
     if direction == "forward" and seq_q <= SHORT_QUERY_MAX:
         block_m, num_warps = _SHORT_QUERY_TILE
     return AttentionPlan(direction, block_m, block_n, num_warps, num_stages, tma=tma)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Which forward (the rule is kernels/attention_choice.py's); the facts about these tensors and this device
+# --------------------------------------------------------------------------------------------------------
+
+
+def _capability(device) -> tuple[int, int] | None:
+    device = torch.device(device)
+    return tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None
+
+
+def _descriptors_fit(*tensors: torch.Tensor) -> bool:
+    return _tma_fits(*tensors) and all(s > 0 for t in tensors for s in t.stride())
+
+
+def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, impl: str | None = None) -> str:
+    """choose_forward_impl's answer for these tensors on their device."""
+    impl = default_impl() if impl is None else impl
+    if impl == "triton":
+        return "triton"
+    return choose_forward_impl(impl, _capability(q.device), gluon_imports(), q.shape[-1], q.dtype,
+                               _descriptors_fit(q, k, v), interpreter_enabled(), q.shape[2], k.shape[2])
+
+
+def plan_forward_on(device, seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
+                    seq_k: int | None = None, impl: str | None = None) -> AttentionPlan:
+    """The forward plan `attention` launches on `device` for contiguous inputs of these sizes (the plan
+    experiments record)."""
+    impl = default_impl() if impl is None else impl
+    seq_k = seq_q if seq_k is None else seq_k
+    chosen = "triton" if impl == "triton" else choose_forward_impl(
+        impl, _capability(device), gluon_imports(), head_dim, dtype, True, interpreter_enabled(), seq_q, seq_k)
+    return plan_attention(seq_q, head_dim, dtype, causal, "forward", seq_k, impl=chosen)
 
 
 def plan_attention_backward(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool) -> tuple:
@@ -168,15 +231,16 @@ def _key_mask_args(key_mask: torch.Tensor | None) -> tuple:
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                   plan: AttentionPlan | None = None, out: torch.Tensor | None = None,
                   lse: torch.Tensor | None = None, *,
-                  key_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  key_mask: torch.Tensor | None = None, impl: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """O [B, H, Sq, D] (q's dtype) and lse [B, H, Sq] (fp32, natural log); into `out` and `lse` if given.
 
     key_mask: None, or a (B, Sk) bool tensor on q's device, True where the key takes part (any strides).
-    Rows that see no key get O = 0 and lse = -inf.
+    Rows that see no key get O = 0 and lse = -inf. impl: "auto", "triton" or "gluon" (None:
+    $LAB_ATTENTION_IMPL or "auto"), used when no plan is given; a given plan names its kernel (plan.impl).
     """
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
-    plan = plan or plan_attention(seq_q, head_dim, q.dtype, causal, seq_k=seq_k)
+    plan = plan or plan_attention(seq_q, head_dim, q.dtype, causal, seq_k=seq_k, impl=forward_impl(q, k, v, impl))
     o = torch.empty((batch, n_heads, seq_q, head_dim), dtype=q.dtype, device=q.device) if out is None else out
     lse = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
     if not lse.is_contiguous():
@@ -186,6 +250,11 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     if seq_k == 0:  # no query sees any key
         o.zero_()
         lse.fill_(-math.inf)
+        return o, lse
+    if plan.impl == "gluon":
+        from kernels.attention_gluon import attention_fwd_gluon
+
+        attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong)
         return o, lse
     use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None
@@ -261,9 +330,9 @@ def _unit_stride(t: torch.Tensor) -> torch.Tensor:
 class AttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                key_mask: torch.Tensor | None = None):
+                key_mask: torch.Tensor | None = None, impl: str | None = None):
         q, k, v = _unit_stride(q), _unit_stride(k), _unit_stride(v)
-        o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask)
+        o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask, impl=impl)
         ctx.save_for_backward(q, k, v, o, lse, key_mask)
         ctx.causal = causal
         ctx.scale = scale
@@ -275,7 +344,7 @@ class AttentionFunction(torch.autograd.Function):
         q, k, v, o, lse, key_mask = ctx.saved_tensors
         dq, dk, dv = attention_bwd(q, k, v, o, lse, _unit_stride(do.to(o.dtype)), ctx.causal, ctx.scale,
                                    key_mask=key_mask)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
 
 
 def _shape(t: torch.Tensor) -> str:
@@ -335,7 +404,8 @@ def _check_key_mask(op: str, key_mask, batch: int, seq_k: int) -> None:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              scale: float | None = None, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+              scale: float | None = None, key_mask: torch.Tensor | None = None,
+              impl: str | None = None) -> torch.Tensor:
     """softmax(scale * Q K^T [+ causal mask] [+ key mask]) V, differentiable; the output has q's shape and dtype.
 
     q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k, head_dim), kv_heads dividing heads
@@ -353,7 +423,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     A query that sees no key (seq_k = 0, causal with i < seq_q - seq_k, or every key it could see masked
     out) gets an output row of zeros, never NaN, and zero gradients: its dq
     row is zero and it adds nothing to dk and dv.
+
+    impl: which forward kernel, "auto" (the Gluon kernel on Hopper where it applies, else Triton's),
+    "triton" or "gluon" (ValueError where it cannot run); None reads $LAB_ATTENTION_IMPL, else "auto".
+    Both give the same results within rounding; the backward is Triton's either way.
     """
     check_attention_inputs("attention", q, k, v, causal, scale, key_mask)
+    impl = default_impl() if impl is None else impl
+    if impl not in IMPLS:
+        raise ValueError(f"attention: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return AttentionFunction.apply(q, k, v, causal, scale, key_mask)
+    return AttentionFunction.apply(q, k, v, causal, scale, key_mask, impl)

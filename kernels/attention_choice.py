@@ -1,0 +1,92 @@
+"""Which attention forward runs: the Triton kernel (kernels/attention_kernels.py) or the Gluon kernel for Hopper
+(kernels/attention_gluon.py). Pure rules over facts the caller gathers (kernels/attention.py's forward_impl
+and plan_forward_on): the device's compute capability, whether Gluon imports, head_dim, dtype, whether the
+tensors fit descriptors, the interpreter, the sequence lengths, and the caller's `impl` ("auto", "triton",
+"gluon"; $LAB_ATTENTION_IMPL where none is given).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+
+
+IMPLS = ("auto", "triton", "gluon")
+IMPL_ENV = "LAB_ATTENTION_IMPL"  # the default of `impl` where the caller gives none
+# The Gluon forward's fixed plan (kernels/attention_gluon.py): 2 x 64 queries a program, 128 keys a tile,
+# 4 + 4 + 1 warps (two consumer warpgroups and a loader; 12 launched, whole warpgroups), K/V ring stages by head dim.
+GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS = 128, 128, 12
+GLUON_STAGES = {64: 3, 128: 2}
+# Ping-pong consumers (at both head dims) and a 3-stage ring (at 128), timed beside this plan
+# (notes/attention.md, 2026-11-26): none ran more than 3% above it at any point, several 3-9% below, so
+# the plan keeps consumers that do not take turns and the stages above.
+GLUON_PINGPONG = False
+# Where "auto" takes the Gluon forward once it can run (measured on the H100, bf16, notes/attention.md,
+# 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048
+# keys on, causal and not, and 0.93-1.09x at 1,024; at head dim 64 0.79-0.97x at every point: not taken.
+GLUON_AUTO_MIN_KEYS = {128: 2048}
+# Query lengths up to this stay on the Triton kernel's 64-row tiles (kernels/attention.py's SHORT_QUERY_MAX;
+# not timed): a 128-query program would leave at least half its rows empty.
+GLUON_MAX_SHORT_QUERIES = 64
+GLUON_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def gluon_forward_refusal(capability: tuple[int, int] | None, gluon_imports: bool, head_dim: int,
+                          dtype: torch.dtype, descriptors_fit: bool, interpreter: bool) -> str | None:
+    """Why the Gluon forward cannot run these inputs (None: it can). capability: the CUDA device's
+    (major, minor), None off CUDA; descriptors_fit: q, k and v take tensor descriptors (16-byte aligned
+    bases and strides, positive strides, unit last stride)."""
+    if interpreter:
+        return "Triton's interpreter does not run Gluon kernels"
+    if capability is None or capability[0] != 9:
+        return f"the Gluon forward is written for Hopper (sm_90); the device is {capability or 'not CUDA'}"
+    if not gluon_imports:
+        return "triton.experimental.gluon does not import in this Triton"
+    if head_dim not in GLUON_STAGES:
+        return f"head_dim {head_dim} is not one of the Gluon forward's {tuple(GLUON_STAGES)}"
+    if dtype not in GLUON_DTYPES:
+        return f"dtype {dtype} is not float16 or bfloat16"
+    if not descriptors_fit:
+        return "q, k or v does not fit a tensor descriptor (16-byte aligned base and strides, positive strides)"
+    return None
+
+
+def gluon_preferred(head_dim: int, seq_q: int, seq_k: int) -> bool:
+    """Whether "auto" takes the Gluon forward for these sizes where it can run (GLUON_AUTO_MIN_KEYS)."""
+    return seq_q > GLUON_MAX_SHORT_QUERIES and seq_k >= GLUON_AUTO_MIN_KEYS.get(head_dim, math.inf)
+
+
+def choose_forward_impl(impl: str, capability: tuple[int, int] | None, gluon_imports: bool, head_dim: int,
+                        dtype: torch.dtype, descriptors_fit: bool, interpreter: bool, seq_q: int,
+                        seq_k: int) -> str:
+    """"triton" or "gluon", the forward kernel that runs. "auto": Gluon where it can run and is preferred
+    (gluon_preferred), else Triton; "triton": always Triton; "gluon": Gluon, or ValueError naming why it
+    cannot run."""
+    if impl not in IMPLS:
+        raise ValueError(f"attention: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
+    if impl == "triton":
+        return "triton"
+    refusal = gluon_forward_refusal(capability, gluon_imports, head_dim, dtype, descriptors_fit, interpreter)
+    if impl == "gluon" and refusal is not None:
+        raise ValueError(f"attention: impl='gluon' cannot run here: {refusal}.")
+    if refusal is None and (impl == "gluon" or gluon_preferred(head_dim, seq_q, seq_k)):
+        return "gluon"
+    return "triton"
+
+
+@functools.cache
+def gluon_imports() -> bool:
+    """Whether the Gluon forward's module imports (triton.experimental.gluon with Hopper's TMA and wgmma)."""
+    try:
+        import kernels.attention_gluon  # noqa: F401
+    except Exception:  # an older or newer Triton without these names
+        return False
+    return True
+
+
+def default_impl() -> str:
+    """The `impl` a caller who gives none asks for: $LAB_ATTENTION_IMPL, or "auto"."""
+    return os.environ.get(IMPL_ENV, "auto")

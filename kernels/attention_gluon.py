@@ -1,0 +1,374 @@
+"""The attention forward for Hopper (sm_90) in Gluon: the same maths and results as kernels/attention_kernels.py's
+forward, scheduled by hand.
+
+    s_ij = c * <q_i, k_j>,   O = softmax_j(s) V,   lse_i = log sum_j exp(s_ij)
+
+One program holds BLOCK_M = 128 queries of one (batch, head) and walks its keys in tiles of BLOCK_N = 128.
+Its warps are split into three partitions (gl.warp_specialize):
+
+* a loader (1 warp, few registers): copies the two 64-query halves of the Q tile once, then each key tile's
+  K and V through tensor descriptors (TMA) into a ring of STAGES shared-memory slots. Each slot has four
+  mbarriers: K ready, K free, V ready, V free. A copy waits for its slot to be free and signals ready when
+  its bytes land.
+* two consumer warpgroups (4 warps each), one a half of the Q tile (64 queries): each runs the online
+  softmax of attention_kernels.py over every key tile, on the tensor cores through asynchronous warpgroup
+  MMAs (wgmma). The score product of tile j (S = Q K_j^T) is issued together with the value product of tile
+  j - 1 (O += P_{j-1} V_{j-1}); the consumer waits for the first only, so the exponentials of tile j run
+  while the tensor cores still work on tile j - 1. A consumer frees K_j as soon as S_j is in its registers
+  and V_{j-1} once its product is done; each free barrier counts both consumers.
+
+PINGPONG (a plan option, off in the lab's plan): the two consumers also issue their products in turns,
+consumer 0, then 1, then 0 (two more mbarriers), so one's exponentials run while the other's products hold
+the tensor cores; timed on the H100 it changed little (notes/attention.md, 2026-11-26).
+
+The Q tile stays in shared memory for the whole key loop; P goes from the score accumulator to the value
+product's register operand without touching shared memory. The running maximum m and normaliser d are
+kept in base 2 (x = s * log2 e), as the Triton kernel keeps them; O = acc / d and lse = (m + log2 d) ln 2.
+A row that sees no key ends with d = 0: O = 0 and lse = -inf.
+
+Which keys a row sees is the Triton kernel's rule: keys below seq_k, under CAUSAL those with
+j <= i + (seq_k - seq_q), under KEY_MASK those whose mask byte is set. The first key tile and the tiles
+from n_full on go through the masked softmax (comparisons, -inf, the m = -inf guard); the tiles between,
+which every row of the warpgroup sees whole, skip it. With a key mask every tile is masked. Keys past
+seq_k, and queries past seq_q, come in as zeros (the descriptor's bounds); their scores are hidden and their
+rows are not stored.
+
+Bytes moved are the Triton forward's (kernels/attention_kernels.py's docstring): Q, K, V read once a program,
+O and lse written once. Gluon kernels compile for the GPU only (no interpreter); kernels/attention.py falls
+back to the Triton kernel elsewhere.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+_LN2 = gl.constexpr(LN2)  # readable inside the kernels
+
+WARPGROUP_M = 64  # queries a consumer warpgroup holds
+BLOCK_M = 2 * WARPGROUP_M  # queries a program holds (two consumers)
+BLOCK_N = 128  # keys a tile
+# The ring's stages come from the caller's plan (kernels/attention_choice.py: 3 at D = 64, 2 at D = 128).
+# Shared memory, two-byte elements: Q 2 x 64 x D and STAGES slots of K and V, BLOCK_N x D each: 164,176
+# bytes compiled at D = 128; a third stage there fits (229,776 of the H100's 232,448) but ran 0-9% slower.
+# Registers a thread: each consumer holds S (64 x 128 fp32, 64 a thread), O (64 x D fp32) and P (bf16);
+# the loader holds scalars. 4 + 4 + 1 warps occupy three warpgroups: 3 x 128 threads x 168 = 64,512 of
+# the SM's 65,536 registers, handed out as 240 to each consumer and 24 to the loader.
+CONSUMER_REGS, LOADER_REGS, MAXNREG = 240, 24, 168
+NUM_WARPS = 4  # the default partition (consumer 0); the workers add 4 + 1
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free,
+            b, h, h_kv, start_m, n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    # The Q tile's two halves once, then K_j and V_j into slot j % STAGES once the consumers have freed it.
+    # mbarriers start as if their phase 1 had completed, so the first pass over the ring does not wait.
+    wg_m: gl.constexpr = q_desc.block_type.shape[2]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [b, h, start_m + wg_m, 0], q_bar, q_smem.index(1))
+    for j in range(n_tiles):
+        slot = j % STAGES
+        phase = (j // STAGES) & 1
+        mbarrier.wait(k_free.index(slot), phase ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [b, h_kv, j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
+        mbarrier.wait(v_free.index(slot), phase ^ 1)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [b, h_kv, j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _softmax_tile(s, m, d, keys, limit, kept, qk_scale, MASK: gl.constexpr, KEY_MASK: gl.constexpr):
+    # One tile of the online softmax: (p, m_new, d_new, alpha), alpha = exp2(m - m_new) rescales O.
+    if MASK:
+        visible = keys[None, :] < limit[:, None]
+        if KEY_MASK:
+            visible = visible & kept[None, :]
+        x = gl.where(visible, s * qk_scale, -float("inf"))
+        m_new = gl.maximum(m, gl.max(x, axis=1))
+        m_safe = gl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no key yet keeps d = 0
+        p = gl.exp2(x - m_safe[:, None])
+    else:
+        m_new = gl.maximum(m, gl.max(s, axis=1) * qk_scale)
+        m_safe = m_new
+        p = gl.exp2(s * qk_scale - m_safe[:, None])
+    alpha = gl.exp2(m - m_safe)
+    d = d * alpha + gl.sum(p, axis=1)
+    return p, m_new, d, alpha
+
+
+@gluon.jit
+def _take_turn(turn, i, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    # PINGPONG: the two consumers issue their tensor-core work in turns (0, 1, 0, 1, ...), so one's
+    # exponentials run while the other's products occupy the tensor cores. Issue i of consumer WG waits for
+    # the other's issue before it (consumer 0's first passes: barriers start with phase 1 complete).
+    if PINGPONG:
+        mbarrier.wait(turn.index(WG), (i & 1) ^ (1 - WG))
+
+
+@gluon.jit
+def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG))
+
+
+@gluon.jit
+def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free, turn, mask_base, limit,
+                   lo, hi, seq_k, stride_mk, qk_scale, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   STAGES: gl.constexpr, MASK: gl.constexpr, KEY_MASK: gl.constexpr, s_layout: gl.constexpr,
+                   o_layout: gl.constexpr, p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    # Key tiles [lo, hi), lo >= 1: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued back to back; the softmax of
+    # S_j runs while the second product is in flight.
+    wg_m: gl.constexpr = q_view.shape[0]
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    for j in range(lo, hi):
+        slot = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        _take_turn(turn, j, WG, PINGPONG)
+        s_acc = warpgroup_mma(q_view, k_t, gl.zeros([wg_m, BLOCK_N], gl.float32, s_layout),
+                              use_acc=False, is_async=True)
+        o_acc = warpgroup_mma(p_prev, v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM]), o, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(1, deps=(s_acc, ))
+        mbarrier.arrive(k_free.index(slot))
+        keys = j * BLOCK_N + cols
+        kept = keys < seq_k
+        if KEY_MASK:
+            kept = gl.load(mask_base + keys.to(gl.int64) * stride_mk, mask=kept, other=0) != 0
+        p, m, d, alpha = _softmax_tile(s, m, d, keys, limit, kept, qk_scale, MASK, KEY_MASK)
+        # p_prev is the product's register operand: it stays live (untouched) until the product is done.
+        o, p_prev = warpgroup_mma_wait(0, deps=(o_acc, p_prev))
+        mbarrier.arrive(v_free.index(prev))
+        o = o * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p_prev = gl.convert_layout(p.to(q_view.dtype), p_layout)
+    return o, p_prev, m, d
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+              b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
+              stride_mk, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr):
+    # Warpgroup WG's 64 queries against every key tile the program walks; writes their O rows and lse.
+    wg_m: gl.constexpr = q_smem.shape[3]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row0 = start_m + WG * wg_m
+    rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
+    # Row i sees keys j < limit_i; tiles below n_full are seen whole by every row of the warpgroup.
+    causal_offset = seq_k - seq_q
+    if CAUSAL:
+        limit = gl.minimum(rows + (causal_offset + 1), seq_k)
+        n_full = gl.minimum(gl.maximum(row0 + causal_offset + 1, 0), seq_k) // BLOCK_N
+    else:
+        limit = gl.full([wg_m], seq_k, gl.int32, gl.SliceLayout(1, s_layout))
+        n_full = seq_k // BLOCK_N
+    if KEY_MASK:
+        n_full = 0
+    mask_base = mask_ptr
+    if KEY_MASK:
+        mask_base += b.to(gl.int64) * stride_mb
+    m = gl.full([wg_m], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    d = gl.zeros([wg_m], gl.float32, gl.SliceLayout(1, s_layout))
+    q_view = q_smem.index(WG).reshape([wg_m, HEAD_DIM])
+
+    # Tile 0, always through the masked softmax: S_0 alone, then its P waits for the loop's first V product.
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_ready.index(0), 0)
+    k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    _take_turn(turn, 0, WG, PINGPONG)
+    s_acc = warpgroup_mma(q_view, k_t, gl.zeros([wg_m, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                          is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
+    s = warpgroup_mma_wait(0, deps=(s_acc, ))
+    mbarrier.arrive(k_free.index(0))
+    keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    kept = keys < seq_k
+    if KEY_MASK:
+        kept = gl.load(mask_base + keys.to(gl.int64) * stride_mk, mask=kept, other=0) != 0
+    p, m, d, alpha = _softmax_tile(s, m, d, keys, limit, kept, qk_scale, True, KEY_MASK)
+    p_prev = gl.convert_layout(p.to(q_view.dtype), p_layout)
+    o = gl.zeros([wg_m, HEAD_DIM], gl.float32, o_layout)
+
+    mid = gl.maximum(n_full, 1)
+    o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
+                                     turn, mask_base, limit, 1, mid, seq_k, stride_mk, qk_scale, BLOCK_N, HEAD_DIM,
+                                     STAGES, False, KEY_MASK, s_layout, o_layout, p_layout, WG, PINGPONG)
+    o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
+                                     turn, mask_base, limit, mid, n_tiles, seq_k, stride_mk, qk_scale, BLOCK_N,
+                                     HEAD_DIM, STAGES, True, KEY_MASK, s_layout, o_layout, p_layout, WG, PINGPONG)
+    # The last tile's value product.
+    last = n_tiles - 1
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    _take_turn(turn, n_tiles, WG, PINGPONG)
+    o_acc = warpgroup_mma(p_prev, v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM]), o, is_async=True)
+    _pass_turn(turn, WG, PINGPONG)
+    o, p_prev = warpgroup_mma_wait(0, deps=(o_acc, p_prev))
+    mbarrier.arrive(v_free.index(last % STAGES))
+
+    # A row that saw no key has d = 0: O = 0 and lse = -inf.
+    empty = d == 0.0
+    d_safe = gl.where(empty, 1.0, d)
+    lse = gl.where(empty, -float("inf"), (m + gl.log2(d_safe)) * _LN2)
+    gl.store(lse_ptr + bh.to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
+    o = o / gl.convert_layout(d_safe, gl.SliceLayout(1, o_layout))[:, None]
+    o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))
+    o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    o_base = o_ptr + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
+    offs = o_rows.to(gl.int64)[:, None] * stride_os + o_cols[None, :]
+    gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty), mask=(o_rows < seq_q)[:, None])
+
+
+@gluon.jit
+def _consumer_1(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+                b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
+                stride_mk, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr):
+    _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr, b, h,
+              bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk, 1,
+              HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)
+
+
+@gluon.jit
+def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq_k, n_heads, group,
+                                qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk,
+                                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr,
+                                CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    # One program: 2 x 64 queries of one (batch, head); causal programs start with the longest rows.
+    wg_m: gl.constexpr = q_desc.block_type.shape[2]
+    block_m: gl.constexpr = 2 * wg_m
+    n_blocks_m = gl.cdiv(seq_q, block_m)
+    bh = gl.program_id(0) // n_blocks_m
+    pid_m = gl.program_id(0) % n_blocks_m
+    if CAUSAL:
+        pid_m = n_blocks_m - 1 - pid_m
+    b = bh // n_heads
+    h = bh % n_heads
+    h_kv = h // group
+    start_m = pid_m * block_m
+    if CAUSAL:  # the keys the block's last row may see; at least one tile is walked (all hidden if none)
+        hi = gl.maximum(gl.minimum(seq_k, start_m + block_m + seq_k - seq_q), 0)
+    else:
+        hi = seq_k
+    n_tiles = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_free.index(i), count=2)  # both consumers free a slot
+        mbarrier.init(v_free.index(i), count=2)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+                     b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
+                     stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)),
+        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                       mask_ptr, b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os,
+                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, b, h, h_kv,
+                   start_m, n_tiles, BLOCK_N, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+# --------------------------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------------------------
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+
+def descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
+    """A 4-D tensor descriptor over t (batch, heads, seq, head_dim), boxes of [1, 1, block_rows, head_dim];
+    rows past seq read as zeros."""
+    shape = [1, 1, block_rows, t.shape[-1]]
+    layout = gl.NVMMASharedLayout.get_default_for(shape, _GL_DTYPES[t.dtype])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), shape, layout)
+
+
+def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
+                pingpong: bool = False) -> tuple:
+    """(grid, positional args, meta) of one launch; the tensors may live on the 'meta' device (shapes and
+    strides only), which is how the CPU compiles the kernel for sm_90 without a GPU."""
+    batch, n_heads, seq_q, head_dim = q.shape
+    n_kv_heads, seq_k = k.shape[1], k.shape[2]
+    if key_mask is None:
+        mask, stride_mb, stride_mk = None, None, None
+    else:
+        mask, stride_mb, stride_mk = key_mask.view(torch.uint8), key_mask.stride(0), key_mask.stride(1)
+    args = (descriptor(q, WARPGROUP_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), o, lse, mask, seq_q, seq_k,
+            n_heads, n_heads // n_kv_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2), stride_mb,
+            stride_mk)
+    meta = dict(HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal,
+                KEY_MASK=key_mask is not None, PINGPONG=pingpong, CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
+    grid = (triton.cdiv(seq_q, BLOCK_M) * batch * n_heads,)
+    return grid, args, meta
+
+
+def attention_fwd_gluon(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
+                        pingpong: bool = False) -> None:
+    """Writes O into o and lse (fp32, natural log) into lse; q, k, v (batch, heads, seq, head_dim) with
+    16-byte aligned bases and strides and a unit last stride; seq_q, seq_k >= 1 (the caller handles empty
+    shapes)."""
+    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong)
+    _attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
+
+
+def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int,
+                     pingpong: bool = False):
+    """The kernel compiled for sm_90 from shapes alone (no GPU: the CPU can check it builds, its registers
+    and its shared memory)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
+    lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
+    mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
+    _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong)
+    fn = _attention_fwd_gluon_kernel
+    signature, constants, attrs = dict.fromkeys(meta, "constexpr"), dict(meta), {}
+    for i, (name, arg) in enumerate(zip(fn.arg_names, args)):
+        if arg is None:
+            signature[name], constants[name] = "constexpr", None
+        elif isinstance(arg, torch.Tensor):
+            signature[name] = "*u8" if arg.dtype == torch.uint8 else mangle_type(arg)
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "fp32" if isinstance(arg, float) else "i32" if isinstance(arg, int) else mangle_type(arg)
+    constants = {(fn.arg_names.index(name),): value for name, value in constants.items()}
+    src = GluonASTSource(fn, signature, constants, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS, "maxnreg": MAXNREG})

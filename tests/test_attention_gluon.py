@@ -1,0 +1,205 @@
+"""kernels/attention_gluon.py, the Hopper forward in Gluon: against float64 (tests/test_attention.py's bounds
+and checks), on the GPU only; the choice between it and the Triton forward, and its sm_90 build, anywhere.
+
+On the GPU (compute capability 9.x): causal and not, head dims 64 and 128, bf16 and fp16, grouped heads,
+batch > 1, sequence lengths 1, 17, 127, 1000 and 2049 (tails inside and across 128-key tiles), more queries
+than keys (causal rows that see no key), the key mask (holes, a batch that sees nothing), outputs poisoned
+with NaN before the launch, and gradients through the Triton backward from the Gluon forward's lse.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_attention import BOUNDS, _check_backward, _check_forward, _draw, _inputs
+
+from kernels.attention import attention, attention_bwd, attention_fwd, choose_forward_impl, plan_attention
+
+attn = importlib.import_module("kernels.attention")  # the module (kernels.attention is also the function)
+ON_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+gpu = pytest.mark.skipif(not ON_HOPPER, reason="the Gluon forward runs on Hopper GPUs (sm_90) only; "
+                         "Triton's interpreter does not run Gluon")
+
+#        (batch, heads, kv_heads, seq_q, seq_k, head_dim)
+SHAPES = [
+    (1, 2, 2, 1, 1, 64),
+    (2, 2, 1, 17, 17, 128),
+    (1, 2, 2, 127, 127, 64),
+    (2, 4, 2, 1000, 1000, 128),
+    (1, 2, 1, 2049, 2049, 64),
+    (1, 2, 2, 100, 300, 128),  # more keys than queries
+    (1, 4, 2, 300, 100, 64),  # more queries than keys: causal rows that see no key
+    (2, 2, 2, 256, 256, 128),  # whole tiles
+]
+
+
+def _gluon_fwd(q, k, v, causal, scale, key_mask=None):
+    o = torch.full_like(q, math.nan)  # poisoned: every row must be written
+    lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=q.device)
+    return attention_fwd(q, k, v, causal, scale, out=o, lse=lse, key_mask=key_mask, impl="gluon")
+
+
+@gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", list(BOUNDS), ids=str)
+def test_forward_matches_float64(dtype, causal, shape, gen):
+    q, k, v = _inputs(shape, dtype, "cuda", gen)
+    o, lse = _gluon_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]))
+    _check_forward(o, lse, q, k, v, causal)
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_key_mask_and_rows_that_see_no_key(head_dim, causal, gen):
+    shape = (3, 2, 1, 200, 333, head_dim)
+    q, k, v = _inputs(shape, torch.bfloat16, "cuda", gen)
+    mask = torch.rand(3, 333, generator=gen) > 0.35
+    mask[1, 150:] = False  # padding: the last key tiles of batch 1 are wholly hidden
+    mask[2] = False  # batch 2 sees no key at all
+    mask = mask.cuda()
+    o, lse = _gluon_fwd(q, k, v, causal, 1 / math.sqrt(head_dim), key_mask=mask)
+    _check_forward(o, lse, q, k, v, causal, key_mask=mask)
+    assert torch.equal(o[2], torch.zeros_like(o[2])) and bool((lse[2] == -math.inf).all())
+
+
+@gpu
+def test_hidden_keys_with_huge_scores_do_not_reach_the_maximum(gen):
+    q, k, v = _inputs((1, 2, 2, 130, 260, 128), torch.float16, "cuda", gen)
+    k[:, :, 200:] *= 1000  # huge scores on keys the mask hides
+    mask = torch.ones(1, 260, dtype=torch.bool, device="cuda")
+    mask[:, 200:] = False
+    o, lse = _gluon_fwd(q, k, v, False, 0.125, key_mask=mask)
+    _check_forward(o, lse, q, k, v, False, scale=0.125, key_mask=mask)
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", list(BOUNDS), ids=str)
+def test_gradients_through_the_triton_backward(dtype, causal, gen):
+    shape = (2, 4, 2, 333, 333, 128 if dtype == torch.bfloat16 else 64)
+    q, k, v = _inputs(shape, dtype, "cuda", gen)
+    do = _draw(q.shape, dtype, "cuda", gen)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = attention(*leaves, causal=causal, impl="gluon")
+    out.backward(do)
+    _check_backward([t.grad for t in leaves], q, k, v, do, causal)
+    o, lse = _gluon_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]))
+    o_t, lse_t = attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), impl="triton")
+    assert torch.allclose(lse, lse_t, rtol=0, atol=2e-5)  # the same lse: either forward feeds the backward
+    grads = attention_bwd(q, k, v, o, lse, do, causal, 1 / math.sqrt(shape[-1]))
+    assert all(torch.equal(g, t.grad) for g, t in zip(grads, leaves))
+
+
+@gpu
+def test_strided_inputs_and_a_strided_output(gen):
+    # (batch, seq, heads, head_dim) storage viewed as (batch, heads, seq, head_dim), as models hold it.
+    q, k, v = (_draw((2, 300, 4, 64), torch.bfloat16, "cuda", gen).transpose(1, 2) for _ in range(3))
+    o_buf = torch.full((2, 4, 310, 64), math.nan, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(2, 4, 300, device="cuda")
+    o, lse = attention_fwd(q, k, v, True, 0.125, out=o_buf[:, :, 5:305], lse=lse, impl="gluon")
+    _check_forward(o, lse, q, k, v, True, scale=0.125)
+    assert torch.isnan(o_buf[:, :, :5]).all() and torch.isnan(o_buf[:, :, 305:]).all()  # nothing else written
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The choice (pure) and the plan, anywhere
+# ---------------------------------------------------------------------------------------------------------
+
+HOPPER = (9, 0)
+#        impl, capability, gluon imports, head_dim, dtype, descriptors fit, interpreter, seq_q, seq_k -> kernel
+CHOICES = [
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "gluon"),
+    ("auto", HOPPER, True, 128, torch.float16, True, False, 2048, 2048, "gluon"),
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 1024, 1024, "triton"),  # short key loop
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 64, 8192, "triton"),  # decode-like query block
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 8192, 8192, "triton"),  # slower than Triton at 64
+    ("auto", (8, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # Ampere
+    ("auto", (10, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # Blackwell: no wgmma
+    ("auto", None, True, 128, torch.bfloat16, True, True, 4096, 4096, "triton"),  # the interpreter
+    ("auto", HOPPER, False, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # no Gluon in this Triton
+    ("auto", HOPPER, True, 96, torch.bfloat16, True, False, 4096, 4096, "triton"),
+    ("auto", HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096, "triton"),  # misaligned strides
+    ("triton", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),
+    ("gluon", HOPPER, True, 64, torch.bfloat16, True, False, 17, 17, "gluon"),  # asked for by name
+]
+
+
+@pytest.mark.parametrize("row", CHOICES, ids=lambda r: "-".join(map(str, r[:2] + r[3:4] + r[5:])))
+def test_the_forward_kernel_choice(row):
+    *facts, expected = row
+    assert choose_forward_impl(*facts) == expected
+
+
+def test_the_preference_table():
+    assert attn.gluon_preferred(128, 4096, attn.GLUON_AUTO_MIN_KEYS[128])
+    assert not attn.gluon_preferred(128, 4096, attn.GLUON_AUTO_MIN_KEYS[128] - 1)
+    assert not attn.gluon_preferred(128, attn.SHORT_QUERY_MAX, 4096)
+    assert not any(attn.gluon_preferred(64, s, s) for s in (128, 4096, 65536))
+    assert importlib.import_module("kernels.attention_choice").GLUON_MAX_SHORT_QUERIES == attn.SHORT_QUERY_MAX
+
+
+@pytest.mark.parametrize("facts", [((8, 9), True, 128, torch.bfloat16, True, False, 4096, 4096),
+                                   (HOPPER, True, 128, torch.bfloat16, True, True, 4096, 4096),
+                                   (HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096)])
+def test_asking_for_gluon_where_it_cannot_run_says_why(facts):
+    with pytest.raises(ValueError, match="impl='gluon' cannot run here"):
+        choose_forward_impl("gluon", *facts)
+    with pytest.raises(ValueError, match="impl must be one of"):
+        choose_forward_impl("cuda", *facts)
+
+
+def test_the_plan_names_its_kernel():
+    plan = plan_attention(4096, 128, torch.bfloat16, True, impl="gluon")
+    assert (plan.impl, plan.block_m, plan.block_n, plan.num_stages) == ("gluon", 128, 128, 2)
+    assert plan_attention(4096, 64, torch.bfloat16, True, impl="gluon").num_stages == 3
+    assert plan_attention(4096, 128, torch.bfloat16, True).impl == "triton"
+    assert plan_attention(4096, 128, torch.bfloat16, True, "backward_q", impl="gluon").impl == "triton"
+    assert attn.plan_forward_on("cpu", 4096, 128, torch.bfloat16, True).impl == "triton"
+    assert attn.plan_forward_on("cpu", 4096, 128, torch.bfloat16, True, impl="triton").as_dict()["impl"] == "triton"
+
+
+def test_the_environment_sets_the_default(monkeypatch):
+    monkeypatch.setenv(attn.IMPL_ENV, "triton")
+    assert attn.default_impl() == "triton"
+    monkeypatch.delenv(attn.IMPL_ENV)
+    assert attn.default_impl() == "auto"
+
+
+def test_a_bad_impl_is_named(device, gen):
+    q, k, v = _inputs((1, 1, 1, 4, 4, 64), torch.float16, device, gen)
+    with pytest.raises(ValueError, match="impl must be one of"):
+        attention(q, k, v, impl="fast")
+
+
+_BUILD = """
+import json, torch
+from kernels.attention_gluon import compile_for_sm90
+c = compile_for_sm90(128, torch.bfloat16, True, False, 2)
+ptx = c.asm["ptx"]
+print(json.dumps({"shared": c.metadata.shared, "wgmma": "wgmma.mma_async" in ptx,
+                  "tma": "cp.async.bulk.tensor" in ptx, "setmaxnreg": "setmaxnreg" in ptx}))
+"""
+
+
+@pytest.mark.skipif(not attn.gluon_imports(), reason="this Triton has no Gluon for Hopper")
+def test_the_gluon_forward_builds_for_sm90_without_a_gpu():
+    # The largest variant (D = 128, causal), compiled from shapes on the 'meta' device, in a child process
+    # without TRITON_INTERPRET (under the interpreter Gluon functions do not compile).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _BUILD], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    facts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert facts == {"shared": facts["shared"], "wgmma": True, "tma": True, "setmaxnreg": True}
+    assert facts["shared"] <= 227 * 1024

@@ -91,7 +91,7 @@ def test_fig_refuses_what_the_records_cannot_answer(evidence, call, why):
 
 def test_claims_that_hold_render_their_text(evidence):
     text = ('{{ claim("fixture-single", gpu="Test GPU B", every="Faster", text="faster everywhere") }}; '
-            '{{ claim("fixture-single", some="Slower", dtype="float16", text="slower in half") }}; '
+            '{{ claim("fixture-single", gpu="Test GPU A", some="Slower", dtype="float16", text="slower in half") }}; '
             '{{ claim("fixture-sweep", case="4096x1024|4096x8192", every="Faster") }}'
             '{{ claim("fixture-sweep", none="Slower|Failed", verdict="Stale", text="never slower") }}; '
             '{{ claim("fixture-single", gpu="Test GPU A", verdict="Rejected|Inconclusive", text="not won") }}')

@@ -62,6 +62,17 @@ def test_fig_renders_bounds_times_and_ceiling_shares(evidence):
                      evidence)) > 0
 
 
+def test_an_older_run_is_named_by_its_id(evidence):
+    runs = sorted(r.run_id for r in evidence.runs["fixture-sweep"])
+    assert len(runs) == 2, "the fixture needs two valid runs on one GPU"
+    call = '{{{{ fig("fixture-sweep", {which}, case="4096x1024", dtype="float32", digits=4) }}}}'
+    newest = one(call.format(which='gpu="Test GPU A"'), evidence)
+    assert one(call.format(which=f'run="{runs[-1][:16]}"'), evidence) == newest
+    assert float(one(call.format(which=f'run="{runs[0]}"'), evidence)) > 0
+    assert "names 2 runs" in refused(call.format(which='run="2026"'), evidence)
+    assert "names 0 runs" in refused(call.format(which='run="1999"'), evidence)
+
+
 @pytest.mark.parametrize("call, why", [
     ('fig("no-such-experiment", gpu="Test GPU A")', "no experiment has this slug"),
     ('fig("fixture-single", gpu="Test GPU C", case="fx-*", dtype="float16")', "no judged run on GPU"),

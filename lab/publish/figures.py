@@ -12,6 +12,8 @@ Arguments are Python literals, keywords after the slug:
 
 * `gpu`: a GPU key (nvidia-h100-80gb-hbm3) or its label (H100); "*" (the default for claim) means every GPU
   with a performance run, each of which must hold the claim. fig needs one GPU.
+* `run`: a run id or its leading part (20261123T222307Z): that run, judged by the same rule, instead of the
+  newest run on each GPU; it must name exactly one run.
 * `case`: fnmatch patterns joined by "|" ("m1-*|m16-*"); `dtype`: one dtype or "*"; `clock`: "gpu-time"
   (default) or "eager-call". A selection that matches no point is an error, never a vacuous truth.
 * fig `what`: "speedup" (the point's speedup over its best correct baseline), "low" / "high" (its 95% bounds),
@@ -33,7 +35,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from lab.evidence.verdict import CLOCKS, GPU_TIME, STATES, WORDS, Verdict, clock_timing
+from lab.evidence.verdict import CLOCKS, GPU_TIME, STATES, WORDS, Verdict, clock_timing, verdict_for_gpu
 from lab.publish.collect import Evidence
 
 CALL = re.compile(r"\{\{\s*(fig|claim)\((.*?)\)\s*\}\}", re.DOTALL)
@@ -150,6 +152,8 @@ def _verdicts(call: Call, evidence: Evidence, default_gpu: str | None) -> list[V
     clock = call.kwargs.get("clock", GPU_TIME)
     if clock not in CLOCKS:
         raise _Refused(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
+    if "run" in call.kwargs:
+        return [_older_run(call, evidence, clock)]
     by_clock = evidence.verdicts if clock == GPU_TIME else evidence.eager_verdicts
     judged = {key: v for key, v in by_clock.get(call.slug, {}).items() if v.run is not None
               and v.run.is_performance_evidence and v.points}
@@ -166,6 +170,19 @@ def _verdicts(call: Call, evidence: Evidence, default_gpu: str | None) -> list[V
         known = ", ".join(f"{k} ({labels.get(k, k)})" for k in sorted(judged)) or "none"
         raise _Refused(f"no judged run on GPU {gpu!r} on the {clock} clock (GPUs with one: {known})")
     return [judged[keys[0]]]
+
+
+def _older_run(call: Call, evidence: Evidence, clock: str) -> Verdict:
+    """The named run of the experiment, judged on `clock` as if it were the newest on its GPU."""
+    wanted = str(call.kwargs["run"])
+    runs = [r for r in evidence.runs.get(call.slug, []) if r.run_id.startswith(wanted)]
+    if len(runs) != 1:
+        raise _Refused(f"run {wanted!r} names {len(runs)} runs of this experiment, not one")
+    verdict = verdict_for_gpu(evidence.experiments[call.slug], runs, evidence.current_hashes.get(call.slug, {}),
+                              runs[0].gpu_key, clock)
+    if not verdict.points:
+        raise _Refused(f"run {runs[0].run_id} has no judged points on the {clock} clock: {verdict.summary}")
+    return verdict
 
 
 def _points(call: Call, verdict: Verdict) -> list:
@@ -194,8 +211,8 @@ def _words(text: object, what: str) -> set[str]:
 
 def figure(call: Call, evidence: Evidence) -> str:
     """The figure a `fig` call names, formatted."""
-    _allowed(call.kwargs, ("gpu", "case", "dtype", "clock", "what", "profile", "digits"))
-    (verdict,) = _verdicts(call, evidence, None)
+    _allowed(call.kwargs, ("gpu", "run", "case", "dtype", "clock", "what", "profile", "digits"))
+    (verdict,) = _verdicts(call, evidence, None if "run" not in call.kwargs else ALL)
     points = _points(call, verdict)
     if len(points) != 1:
         names = ", ".join(f"{p.case} ({p.dtype})" for p in points[:4])
@@ -234,7 +251,7 @@ def figure(call: Call, evidence: Evidence) -> str:
 
 def check_claim(call: Call, evidence: Evidence) -> str:
     """`text` if the claim holds on every selected GPU; _Refused saying where it fails otherwise."""
-    _allowed(call.kwargs, ("gpu", "case", "dtype", "clock", "text", "verdict", *QUANTIFIERS))
+    _allowed(call.kwargs, ("gpu", "run", "case", "dtype", "clock", "text", "verdict", *QUANTIFIERS))
     tests = [q for q in (*QUANTIFIERS, "verdict") if q in call.kwargs]
     if not tests:
         raise _Refused(f"states nothing to check: give one of {', '.join(QUANTIFIERS)} or verdict=")

@@ -62,6 +62,14 @@ def test_fig_renders_bounds_times_and_ceiling_shares(evidence):
                      evidence)) > 0
 
 
+def test_fig_counts_points_and_words(evidence):
+    text = ('{{ fig("fixture-sweep", gpu="Test GPU A", what="count", words="Faster") }} of '
+            '{{ fig("fixture-sweep", gpu="Test GPU A", what="points") }}, '
+            '{{ fig("fixture-sweep", gpu="Test GPU A", what="count", words="Slower|Undecided") }}')
+    assert one(text, evidence) == "3 of 4, 1"
+    assert "not a point's word" in refused('{{ fig("fixture-sweep", gpu="Test GPU A", what="count") }}', evidence)
+
+
 def test_an_older_run_is_named_by_its_id(evidence):
     runs = sorted(r.run_id for r in evidence.runs["fixture-sweep"])
     assert len(runs) == 2, "the fixture needs two valid runs on one GPU"

@@ -18,7 +18,8 @@ Arguments are Python literals, keywords after the slug:
   (default) or "eager-call". A selection that matches no point is an error, never a vacuous truth.
 * fig `what`: "speedup" (the point's speedup over its best correct baseline), "low" / "high" (its 95% bounds),
   "word" (Faster, Level, ...), "ms" (the median of `profile` on that clock), "pct" (`profile`'s share of the
-  copy ceiling); `digits` sets the decimals (2 by default, 3 for ms).
+  copy ceiling); `digits` sets the decimals (2 by default, 3 for ms). Over any number of points: "count" (how
+  many selected points have one of the `words`, joined by "|") and "points" (how many are selected).
 * claim quantifiers, each a word or words joined by "|" (lab.evidence.verdict.WORDS): `every` (every selected
   point has one of them), `some` (at least one point has), `none` (no point has); `verdict` (the experiment's
   state on the GPU: Supported, Rejected, ...). `text` is what the claim renders as (nothing without it).
@@ -40,7 +41,7 @@ from lab.publish.collect import Evidence
 
 CALL = re.compile(r"\{\{\s*(fig|claim)\((.*?)\)\s*\}\}", re.DOTALL)
 OPENING = re.compile(r"\{\{\s*(?:fig|claim)\(")  # a call's start: one that CALL does not complete is an error
-FIG_WHATS = ("speedup", "low", "high", "word", "ms", "pct")
+FIG_WHATS = ("speedup", "low", "high", "word", "ms", "pct", "count", "points")
 QUANTIFIERS = ("every", "some", "none")
 ALL = "*"
 
@@ -211,14 +212,19 @@ def _words(text: object, what: str) -> set[str]:
 
 def figure(call: Call, evidence: Evidence) -> str:
     """The figure a `fig` call names, formatted."""
-    _allowed(call.kwargs, ("gpu", "run", "case", "dtype", "clock", "what", "profile", "digits"))
+    _allowed(call.kwargs, ("gpu", "run", "case", "dtype", "clock", "what", "profile", "digits", "words"))
     (verdict,) = _verdicts(call, evidence, None if "run" not in call.kwargs else ALL)
     points = _points(call, verdict)
+    what = call.kwargs.get("what", "speedup")
+    if what == "points":
+        return f"{len(points):,}"
+    if what == "count":
+        words = _words(call.kwargs.get("words", ""), "words")
+        return f"{sum(p.word in words for p in points):,}"
     if len(points) != 1:
         names = ", ".join(f"{p.case} ({p.dtype})" for p in points[:4])
         raise _Refused(f"names {len(points)} points ({names}...): give case= and dtype= for one")
     judged = points[0]
-    what = call.kwargs.get("what", "speedup")
     if what not in FIG_WHATS:
         raise _Refused(f"what={what!r} is not one of {', '.join(FIG_WHATS)}")
     digits = int(call.kwargs.get("digits", 3 if what == "ms" else 2))

@@ -14,7 +14,7 @@ Arguments are Python literals, keywords after the slug:
   with a performance run, each of which must hold the claim. fig needs one GPU.
 * `run`: a run id or its leading part (20261123T222307Z): that run, judged by the same rule, instead of the
   newest run on each GPU; it must name exactly one run.
-* `case`: fnmatch patterns joined by "|" ("m1-*|m16-*"); `dtype`: one dtype or "*"; `clock`: "gpu-time"
+* `case`: fnmatch patterns joined by "|" ("m1-*|m16-*"); `dtype` likewise ("bfloat16|float16"); `clock`: "gpu-time"
   (default) or "eager-call". A selection that matches no point is an error, never a vacuous truth.
 * fig `what`: "speedup" (the point's speedup over its best correct baseline), "low" / "high" (its 95% bounds),
   "word" (Faster, Level, ...), "ms" (the median of `profile` on that clock), "pct" (`profile`'s share of the
@@ -189,8 +189,9 @@ def _older_run(call: Call, evidence: Evidence, clock: str) -> Verdict:
 def _points(call: Call, verdict: Verdict) -> list:
     cases = str(call.kwargs.get("case", ALL)).split("|")
     dtype = call.kwargs.get("dtype", ALL)
+    dtypes = str(dtype).split("|")
     chosen = [p for p in verdict.points if any(fnmatch.fnmatchcase(p.case, c) for c in cases)
-              and (dtype == ALL or p.dtype == dtype)]
+              and any(fnmatch.fnmatchcase(p.dtype, d) for d in dtypes)]
     if not chosen:
         raise _Refused(f"case {call.kwargs.get('case', ALL)!r}, dtype {dtype!r} match no point of run "
                        f"{verdict.run.run_id}")

@@ -44,8 +44,8 @@ def _case(n: int) -> Case:
 def test_quack_softmax_refuses_rows_that_are_not_whole_16_byte_vectors(n, dtype, refused):
     reason = sm.quack_limit(_case(n), dtype)
     assert (reason is not None) == refused
-    if refused:
-        assert f"{n:,}" in reason and "16-byte" in reason
+    if refused:  # the same words for every refused row: a page groups them into one line
+        assert reason == sm.quack_limit(_case(3), torch.float32) and "16-byte vectors" in reason
 
 
 def test_the_softmax_peers_carry_the_same_row_rule_forward_and_backward():

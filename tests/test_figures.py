@@ -165,6 +165,13 @@ def test_the_site_hook_fails_the_build_on_a_planted_figure(evidence, tmp_path, m
         hooks.expand_figures(page, "docs/posts/planted.md", ROOT)
     assert "docs/posts/planted.md:2: fig('fixture-single'): what='wrod'" in str(caught.value)
     assert hooks.expand_figures("no calls here {{ x }}", "docs/index.md", ROOT) == "no calls here {{ x }}"
+    # MkDocs hands the hook the page without its front matter: the line named is still the file's
+    post = tmp_path / "planted.md"
+    post.write_text("---\ndate: 2026-11-26\nslug: planted\n---\n\n# Planted\n" + page, encoding="utf-8")
+    body = post.read_text(encoding="utf-8").split("---\n", 2)[2]
+    with pytest.raises(PluginError) as caught:
+        hooks.expand_figures(body, "docs/posts/planted.md", ROOT, str(post))
+    assert "docs/posts/planted.md:8: fig('fixture-single')" in str(caught.value)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -180,7 +187,8 @@ def test_every_checked_figure_on_the_site_holds_against_the_records():
     experiments = all_experiments()
     hashes = {slug: source_hashes(e, ROOT) for slug, e in experiments.items()}
     real = collect_evidence(experiments, DECISIONS, ROOT / "records", hashes)
+    files = [*(ROOT / "docs").rglob("*.md"), *(ROOT / "notes").glob("*.md")]
     pages = [(path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8"))
-             for path in sorted((ROOT / "docs").rglob("*.md")) if "generated" not in path.parts]
+             for path in sorted(files) if "generated" not in path.parts]
     assert any("{{ claim(" in text or "{{ fig(" in text for _, text in pages)
     assert check_pages(pages, real) == []

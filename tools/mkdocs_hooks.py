@@ -116,7 +116,8 @@ def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
         title = heading_after_comments(markdown)
         if title:
             page.meta["title"] = title
-    return expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config))
+    return expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
+                          page.file.abs_src_path)
 
 
 def on_nav(nav: Navigation, config, files: Files) -> Navigation:
@@ -233,13 +234,15 @@ def _listed_folder(section: Section) -> str | None:
 # --------------------------------------------------------------------------------------------------------
 
 
-def expand_figures(markdown: str, source: str, root: Path) -> str:
-    """The page with its checked figures expanded (lab.publish.figures); PluginError lists each one that fails."""
+def expand_figures(markdown: str, source: str, root: Path, path: str | None = None) -> str:
+    """The page with its checked figures expanded (lab.publish.figures); PluginError lists each one that fails,
+    by its line in the page's file (`path`; MkDocs has already cut the front matter off `markdown`)."""
     figures = _project_module(root, "lab.publish.figures")
-    if not figures.CALL.search(markdown):
+    if not figures.OPENING.search(markdown):
         return markdown  # most pages have none: no need to load the records
+    whole = Path(path).read_text(encoding="utf-8") if path and Path(path).is_file() else markdown
     try:
-        return figures.expand(markdown, evidence_for(root), source)
+        return figures.expand(markdown, evidence_for(root), source, figures.first_line_of(markdown, whole))
     except figures.FigureError as exc:
         raise PluginError(f"figures that the records do not bear out:\n{exc}") from None
 

@@ -66,11 +66,12 @@ class Call:
     end: int
 
 
-def parse_calls(markdown: str, source: str) -> list[Call]:
-    """Every call in `markdown`, in order; a call that does not parse raises FigureError naming its line."""
+def parse_calls(markdown: str, source: str, first_line: int = 1) -> list[Call]:
+    """Every call in `markdown`, in order; a call that does not parse raises FigureError naming its line.
+    `first_line` is the line of the page file that `markdown` starts on (after a front matter block)."""
     calls, errors = [], []
     for match in CALL.finditer(markdown):
-        line = markdown.count("\n", 0, match.start()) + 1
+        line = markdown.count("\n", 0, match.start()) + first_line
         try:
             slug, kwargs = _arguments(match.group(2))
         except _Refused as exc:
@@ -80,7 +81,7 @@ def parse_calls(markdown: str, source: str) -> list[Call]:
     complete = {match.start() for match in CALL.finditer(markdown)}
     for opening in OPENING.finditer(markdown):
         if opening.start() not in complete:
-            line = markdown.count("\n", 0, opening.start()) + 1
+            line = markdown.count("\n", 0, opening.start()) + first_line
             errors.append(f"{source}:{line}: a call opened here is not closed with ') }}}}'")
     if errors:
         raise FigureError("\n".join(sorted(errors, key=_line_of)))
@@ -108,9 +109,9 @@ def _arguments(text: str) -> tuple[str, dict]:
     return slug, kwargs
 
 
-def expand(markdown: str, evidence: Evidence, source: str) -> str:
+def expand(markdown: str, evidence: Evidence, source: str, first_line: int = 1) -> str:
     """`markdown` with every call replaced by its figure or text; FigureError lists every call that fails."""
-    calls = parse_calls(markdown, source)
+    calls = parse_calls(markdown, source, first_line)
     pieces, errors, at = [], [], 0
     for call in calls:
         try:
@@ -126,7 +127,7 @@ def expand(markdown: str, evidence: Evidence, source: str) -> str:
 
 
 def check_pages(pages: Iterable[tuple[str, str]], evidence: Evidence) -> list[str]:
-    """Every failing call in (source, markdown) pairs, one "<page>:<line>: <why>" per call."""
+    """Every failing call in (source, whole file text) pairs, one "<page>:<line>: <why>" per call."""
     problems = []
     for source, markdown in pages:
         try:
@@ -134,6 +135,12 @@ def check_pages(pages: Iterable[tuple[str, str]], evidence: Evidence) -> list[st
         except FigureError as exc:
             problems += str(exc).splitlines()
     return problems
+
+
+def first_line_of(body: str, whole: str) -> int:
+    """The line of the file text `whole` on which `body` (its Markdown after the front matter) starts."""
+    at = whole.find(body[:500]) if body.strip() else -1
+    return whole.count("\n", 0, at) + 1 if at >= 0 else 1
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from typing import Iterable
 
 from lab.evidence.verdict import CLOCKS, GPU_TIME, STATES, WORDS, Verdict, clock_timing, verdict_for_gpu
 from lab.publish.collect import Evidence
+from lab.publish.overview import performance_verdicts
 
 CALL = re.compile(r"\{\{\s*(fig|claim)\((.*?)\)\s*\}\}", re.DOTALL)
 OPENING = re.compile(r"\{\{\s*(?:fig|claim)\(")  # a call's start: one that CALL does not complete is an error
@@ -162,9 +163,8 @@ def _verdicts(call: Call, evidence: Evidence, default_gpu: str | None) -> list[V
         raise _Refused(f"clock {clock!r} is not one of {', '.join(CLOCKS)}")
     if "run" in call.kwargs:
         return [_older_run(call, evidence, clock)]
-    by_clock = evidence.verdicts if clock == GPU_TIME else evidence.eager_verdicts
-    judged = {key: v for key, v in by_clock.get(call.slug, {}).items() if v.run is not None
-              and v.run.is_performance_evidence and v.points}
+    # the verdicts the evidence pages show on that clock (lab.publish.overview), so figures follow the pages
+    judged = {key: v for key, v in performance_verdicts(evidence, call.slug, clock) if v.points}
     gpu = call.kwargs.get("gpu", default_gpu)
     if gpu is None:
         raise _Refused("needs gpu= (a GPU key or label)")

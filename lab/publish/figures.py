@@ -18,8 +18,9 @@ Arguments are Python literals, keywords after the slug:
   (default) or "eager-call". A selection that matches no point is an error, never a vacuous truth.
 * fig `what`: "speedup" (the point's speedup over its best correct baseline), "low" / "high" (its 95% bounds),
   "word" (Faster, Level, ...), "ms" (the median of `profile` on that clock), "pct" (`profile`'s share of the
-  copy ceiling); `digits` sets the decimals (2 by default, 3 for ms). Over any number of points: "count" (how
-  many selected points have one of the `words`, joined by "|") and "points" (how many are selected).
+  copy ceiling, in percent); `digits` sets the decimals (2 by default, 3 for ms, 0 for pct). Over any number
+  of points: "count" (how many selected points have one of the `words`, joined by "|") and "points" (how many
+  are selected).
 * claim quantifiers, each a word or words joined by "|" (lab.evidence.verdict.WORDS): `every` (every selected
   point has one of them), `some` (at least one point has), `none` (no point has); `verdict` (the experiment's
   state on the GPU: Supported, Rejected, ...). `text` is what the claim renders as (nothing without it).
@@ -235,7 +236,7 @@ def figure(call: Call, evidence: Evidence) -> str:
     judged = points[0]
     if what not in FIG_WHATS:
         raise _Refused(f"what={what!r} is not one of {', '.join(FIG_WHATS)}")
-    digits = int(call.kwargs.get("digits", 3 if what == "ms" else 2))
+    digits = int(call.kwargs.get("digits", {"ms": 3, "pct": 0}.get(what, 2)))
     if what == "word":
         return judged.word
     if what in ("speedup", "low", "high"):
@@ -255,7 +256,7 @@ def figure(call: Call, evidence: Evidence) -> str:
         return f"{timing[0]:.{digits}f}"
     if result.pct_of_ceiling is None:
         raise _Refused(f"{profile} has no share of the copy ceiling at {judged.case} ({judged.dtype})")
-    return f"{result.pct_of_ceiling:.{max(digits - 2, 0)}f}"
+    return f"{result.pct_of_ceiling:.{digits}f}"
 
 
 # --------------------------------------------------------------------------------------------------------

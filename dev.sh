@@ -5,6 +5,9 @@
 #                      the evidence that is missing or stale for that GPU)
 #   ./dev.sh test      run the whole test suite (CPU: Triton's interpreter; browser tests in headless Chromium)
 #   ./dev.sh serve     mkdocs serve with live reload, for authors
+#   ./dev.sh run X ... run X in the environment: a Python script (tools/build_results.py --list) or a command
+#                      the environment installs (benchmark-softmax, mkdocs)
+#   ./dev.sh python .. the environment's Python (./dev.sh python -m pytest tests/test_softmax.py)
 #   ./dev.sh setup     only install
 #
 # Without an NVIDIA GPU the environment is pinned by requirements/cpu.lock (torch's CPU build); with one, by
@@ -68,8 +71,29 @@ case "$job" in
         setup
         "$VENV/bin/mkdocs" serve "$@"
         ;;
+    run)
+        if [ $# -eq 0 ]; then
+            echo "usage: ./dev.sh run <script.py | command> [args...]" >&2
+            exit 2
+        fi
+        setup
+        target="$1"
+        shift
+        if [ -f "$target" ]; then
+            exec "$PY" "$target" "$@"
+        elif [ -x "$VENV/bin/$target" ]; then
+            exec "$VENV/bin/$target" "$@"
+        else
+            echo "dev.sh run: $target is neither a file nor a command in $VENV/bin" >&2
+            exit 2
+        fi
+        ;;
+    python)
+        setup
+        exec "$PY" "$@"
+        ;;
     *)
-        echo "usage: ./dev.sh {site|test|serve|setup} [args...]" >&2
+        echo "usage: ./dev.sh {site|test|serve|run|python|setup} [args...]" >&2
         exit 2
         ;;
 esac

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from experiments._backward import retained_backward
+from experiments._peers import QUACK_NOTE
 from experiments.spec import Case, Profile
 from kernels import reference_fusions as ref
 from kernels.add_rmsnorm import add_rmsnorm, plan_add_rmsnorm, sm_count
@@ -114,6 +115,14 @@ def liger(x, residual, gamma):
     return h, y
 
 
+def quack(x, residual, gamma):
+    """QuACK's RMSNorm with a residual, prenorm=True so that it returns the sum as well; returns (h, y)."""
+    from quack.rmsnorm import rmsnorm
+
+    y, h = rmsnorm(x, gamma, residual=residual, eps=EPS, prenorm=True)
+    return h, y
+
+
 # ---- forward profiles ------------------------------------------------------------------------------------
 
 TRITON = Profile("triton", "the lab's add_rmsnorm: one program per row, the row held in registers",
@@ -122,9 +131,11 @@ TORCH = Profile("torch", "x + r, then F.rms_norm: eager PyTorch, two kernels", t
 TORCH_COMPILE = Profile("torch.compile", "the same pair through torch.compile (Inductor's fused kernel)",
                         torch_compiled, REFERENCE_SOURCES)
 LIGER = Profile("liger", "Liger-Kernel's LigerFusedAddRMSNormFunction", liger, (), requires="liger_kernel")
+QUACK = Profile("quack", "QuACK's rmsnorm with residual= and prenorm=True (CuTe DSL)", quack, (), requires="quack",
+                requires_note=QUACK_NOTE)
 
-FORWARD_PROFILES = (TRITON, TORCH, TORCH_COMPILE, LIGER)
-PEERS = ("torch", "torch.compile", "liger")
+FORWARD_PROFILES = (TRITON, TORCH, TORCH_COMPILE, LIGER, QUACK)
+PEERS = ("torch", "torch.compile", "liger", "quack")
 
 # ---- backward profiles -----------------------------------------------------------------------------------
 
@@ -144,5 +155,8 @@ BWD_TORCH_COMPILE = Profile(
 BWD_LIGER = Profile("liger", "Liger-Kernel's LigerFusedAddRMSNormFunction backward (not in place)",
                     retained_backward(liger, _LEAVES, _GRADS), (), requires="liger_kernel")
 
-BACKWARD_PROFILES = (BWD_TRITON, BWD_TORCH, BWD_TORCH_COMPILE, BWD_LIGER)
+BWD_QUACK = Profile("quack", "QuACK's rmsnorm backward (residual=, prenorm=True; CuTe DSL)",
+                    retained_backward(quack, _LEAVES, _GRADS), (), requires="quack", requires_note=QUACK_NOTE)
+
+BACKWARD_PROFILES = (BWD_TRITON, BWD_TORCH, BWD_TORCH_COMPILE, BWD_LIGER, BWD_QUACK)
 DECISIONS = ("fused-add-rmsnorm-swiglu",)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from experiments._peers import QUACK_NOTE
 from experiments.spec import Case, Profile
 from kernels import reference
 from kernels.softmax import MAX_SINGLE_BLOCK_N, plan_softmax, softmax, softmax_bwd
@@ -14,6 +15,7 @@ SOFTMAX_SOURCES = (
 )
 REFERENCE_SOURCES = ("kernels/reference.py",)
 LIGER_MAX_N = 65536  # liger_kernel.ops.utils.calculate_settings refuses larger rows
+QUACK_VECTOR_BYTES = 16  # quack.softmax copies rows in 128-bit vectors from buffers it declares 16-byte aligned
 
 # ‖out − ref‖ / ‖ref‖ accepted against float64, per dtype (a few units of the storage rounding).
 FORWARD_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -63,6 +65,16 @@ def _liger_limit(case: Case, dtype: torch.dtype) -> str | None:
     return f"Liger refuses N > {LIGER_MAX_N}" if case["N"] > LIGER_MAX_N else None
 
 
+def quack_limit(case: Case, dtype: torch.dtype) -> str | None:
+    """Why QuACK's softmax cannot take this row (None if it can): its copies are 16-byte vectors, so each row
+    of N elements must start on a 16-byte boundary, which N · size a multiple of 16 guarantees."""
+    if case["N"] * element_size(dtype) % QUACK_VECTOR_BYTES:
+        # one wording for every such row, so that a page lists the refusal once with the cases it covers
+        return (f"QuACK copies rows in {QUACK_VECTOR_BYTES}-byte vectors: it needs N × element size to be a "
+                f"multiple of {QUACK_VECTOR_BYTES} bytes")
+    return None
+
+
 def _plan(impl: str, direction: str = "forward"):
     return lambda case, dtype: plan_softmax(case["M"], case["N"], dtype, impl, direction=direction).as_dict()
 
@@ -86,6 +98,18 @@ def _liger_backward(y, dy):
 
     block_size, num_warps = calculate_settings(y.shape[-1])
     return _softmax_backward(dy, y, block_size, num_warps, False)
+
+
+def _quack_forward(x):
+    from quack.softmax import softmax_fwd
+
+    return softmax_fwd(x)
+
+
+def _quack_backward(y, dy):
+    from quack.softmax import softmax_bwd
+
+    return softmax_bwd(dy, y)
 
 
 # ---- forward profiles ------------------------------------------------------------------------------------
@@ -112,7 +136,10 @@ NAIVE_TORCH = Profile("naive-torch", "five eager PyTorch operations (max, subtra
 LIGER = Profile("liger", "Liger-Kernel's LigerSoftmaxFunction", _liger_forward, (),
                 unsupported=_liger_limit, requires="liger_kernel")
 
-FORWARD_PEERS = ("torch.softmax", "torch.compile", "liger")
+QUACK = Profile("quack", "QuACK's softmax_fwd (CuTe DSL; long rows split across a thread-block cluster)",
+                _quack_forward, (), unsupported=quack_limit, requires="quack", requires_note=QUACK_NOTE)
+
+FORWARD_PEERS = ("torch.softmax", "torch.compile", "liger", "quack")
 
 # ---- backward profiles -----------------------------------------------------------------------------------
 
@@ -134,4 +161,7 @@ BWD_NAIVE_TORCH = Profile("naive-torch", "the backward formula in three eager Py
 BWD_LIGER = Profile("liger", "Liger-Kernel's softmax backward launcher", _liger_backward, (),
                     unsupported=_liger_limit, requires="liger_kernel")
 
-BACKWARD_PEERS = ("torch", "torch.compile", "liger")
+BWD_QUACK = Profile("quack", "QuACK's softmax_bwd (CuTe DSL; long rows split across a thread-block cluster)",
+                    _quack_backward, (), unsupported=quack_limit, requires="quack", requires_note=QUACK_NOTE)
+
+BACKWARD_PEERS = ("torch", "torch.compile", "liger", "quack")

@@ -12,7 +12,7 @@ EXPERIMENT = Experiment(
     title="Residual add + RMSNorm backward",
     question=(
         "For T = 1 … 32,768 tokens of hidden size H = 2,048 … 16,384 (bfloat16 and float32), is the lab's fused "
-        "add + RMSNorm backward at least as fast as the best of eager PyTorch, torch.compile and Liger?"
+        "add + RMSNorm backward at least as fast as the best of eager PyTorch, torch.compile, Liger and QuACK?"
     ),
     focus="Kernel fusion: residual add + RMSNorm, backward",
     why=(
@@ -26,7 +26,7 @@ EXPERIMENT = Experiment(
         subject="triton",
         baselines=ar.PEERS,
         threshold=1.0,
-        statement="the lab's add_rmsnorm backward is at least as fast as the best of torch, torch.compile and Liger at every shape",
+        statement="the lab's add_rmsnorm backward is at least as fast as the best of torch, torch.compile, Liger and QuACK at every shape",
         short="add + RMSNorm backward parity claim",
         kind=PARITY,
         margin=measured_margin("add-rmsnorm-bwd"),

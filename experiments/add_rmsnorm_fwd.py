@@ -1,5 +1,5 @@
 """Residual add + RMSNorm forward, (h, y) = (x + r, rms_norm(x + r) * gamma): the lab's fused kernel against
-eager PyTorch, torch.compile and Liger, from decode batches to 32k tokens."""
+eager PyTorch, torch.compile, Liger and QuACK, from decode batches to 32k tokens."""
 
 import torch
 
@@ -12,7 +12,7 @@ EXPERIMENT = Experiment(
     title="Residual add + RMSNorm forward",
     question=(
         "For T = 1 … 32,768 tokens of hidden size H = 2,048 … 16,384 (bfloat16 and float32), is the lab's fused "
-        "residual add + RMSNorm at least as fast as the best of eager PyTorch, torch.compile and Liger?"
+        "residual add + RMSNorm at least as fast as the best of eager PyTorch, torch.compile, Liger and QuACK?"
     ),
     focus="Kernel fusion: residual add + RMSNorm",
     why=(
@@ -26,7 +26,7 @@ EXPERIMENT = Experiment(
         subject="triton",
         baselines=ar.PEERS,
         threshold=1.0,
-        statement="the lab's add_rmsnorm is at least as fast as the best of torch, torch.compile and Liger at every shape",
+        statement="the lab's add_rmsnorm is at least as fast as the best of torch, torch.compile, Liger and QuACK at every shape",
         short="add + RMSNorm forward parity claim",
         kind=PARITY,
         margin=measured_margin("add-rmsnorm-fwd"),
@@ -42,7 +42,7 @@ EXPERIMENT = Experiment(
         "Forward only, inputs that do not require grad, L2 flushed before every call and host work kept off the "
         "clock. Every profile returns both h and y, each checked against float64. The two decode batches "
         "(T = 1 and 32) move under 1 MB and are bound by launch latency, not DRAM. torch.compile runs in its "
-        "default mode, compiled once per shape; Liger in its default casting mode."
+        "default mode, compiled once per shape; Liger in its default casting mode; QuACK's rmsnorm with the residual passed in and prenorm=True, so it returns h as well."
     ),
     tolerance=ar.FORWARD_TOLERANCE,
     decisions=ar.DECISIONS,

@@ -8,6 +8,6 @@ from __future__ import annotations
 from experiments import _any_n
 from experiments import _softmax as sm
 
-PROFILES = (sm.TRITON_AUTO, sm.TORCH, sm.TORCH_COMPILE, sm.LIGER)
+PROFILES = (sm.TRITON_AUTO, sm.TORCH, sm.TORCH_COMPILE, sm.LIGER, sm.QUACK)
 
 EXPERIMENT = _any_n.experiment(False, "softmax-any-n", "experiments/softmax_any_n.py", PROFILES)

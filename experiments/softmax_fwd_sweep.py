@@ -14,13 +14,13 @@ EXPERIMENT = Experiment(
     why=(
         "One shape proves little: launch overhead dominates short rows and register pressure long ones. "
         "The sweep shows where each schedule holds up, where impl='auto' should switch, and whether the "
-        "lab's kernel keeps up with torch.softmax, torch.compile and Liger at every row length."
+        "lab's kernel keeps up with torch.softmax, torch.compile, Liger and QuACK at every row length."
     ),
     claim=Claim(
         subject="triton-auto",
         baselines=sm.FORWARD_PEERS,
         threshold=1.0,
-        statement="triton-auto is at least as fast as the best of torch.softmax, torch.compile and Liger at every N",
+        statement="triton-auto is at least as fast as the best of torch.softmax, torch.compile, Liger and QuACK at every N",
         short="softmax sweep parity claim",
         kind=PARITY,
         margin=measured_margin("softmax-fwd-sweep"),
@@ -28,7 +28,7 @@ EXPERIMENT = Experiment(
     cases=tuple(Case(f"4096x{128 * i}", {"M": 4096, "N": 128 * i}) for i in range(2, 100)),
     dtypes=(torch.float32,),
     profiles=(sm.TRITON_AUTO, sm.TRITON_SINGLE_BLOCK, sm.TRITON_ONLINE, sm.TORCH, sm.TORCH_COMPILE,
-              sm.NAIVE_TORCH, sm.LIGER),
+              sm.NAIVE_TORCH, sm.LIGER, sm.QUACK),
     make_inputs=sm.forward_inputs,
     reference=sm.forward_reference,
     bytes_moved=sm.forward_bytes,

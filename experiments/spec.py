@@ -40,6 +40,8 @@ class Profile:
     plan: the launch plan it will use for a case and dtype, recorded beside the timing (None if opaque).
     unsupported: a reason this profile cannot run a case and dtype (e.g. a peer's size limit), or None.
     requires: an importable module the profile needs (an optional peer); missing means "unavailable".
+    requires_note: what a reader needs to know when `requires` does not import (how the peer is installed,
+        what it depends on); added to the "unavailable" reason.
     tolerance: this profile's own accepted error per dtype, for a profile that computes a declared
         approximation (weight-only quantisation); None: the experiment's.
     warm: called once with each set of inputs the eager-call clock will cycle through, before any of them is
@@ -53,6 +55,7 @@ class Profile:
     plan: Callable[[Case, torch.dtype], Mapping[str, Any] | None] | None = None
     unsupported: Callable[[Case, torch.dtype], str | None] | None = None
     requires: str | None = None
+    requires_note: str | None = None
     tolerance: Mapping[torch.dtype, float] | None = None
     warm: Callable[..., None] | None = None
 

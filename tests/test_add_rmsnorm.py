@@ -447,8 +447,8 @@ def test_experiment_declarations():
 
     fwd, bwd = _experiments()
     for exp in (fwd, bwd):
-        assert [p.name for p in exp.profiles] == ["triton", "torch", "torch.compile", "liger"]
-        assert exp.claim.subject == "triton" and exp.claim.baselines == ("torch", "torch.compile", "liger")
+        assert [p.name for p in exp.profiles] == ["triton", "torch", "torch.compile", "liger", "quack"]
+        assert exp.claim.subject == "triton" and exp.claim.baselines == ("torch", "torch.compile", "liger", "quack")
         assert exp.claim.threshold == 1.0
         assert exp.dtypes == (torch.bfloat16, torch.float32) and set(exp.dtypes) <= set(exp.tolerance)
         hidden = {c["H"] for c in exp.cases}
@@ -456,7 +456,7 @@ def test_experiment_declarations():
         assert min(hidden) == 2048 and max(hidden) == 16384 and min(tokens) == 1 and max(tokens) == 32768
         assert len(exp.cases) <= 16
         assert exp.source_file == f"experiments/{exp.slug.replace('-', '_')}.py"
-        assert exp.profile("liger").requires == "liger_kernel"
+        assert exp.profile("liger").requires == "liger_kernel" and exp.profile("quack").requires == "quack"
         for source in (s for p in exp.profiles for s in p.sources):
             assert (Path(kernels.__file__).parents[1] / source).is_file(), source
     assert fwd.row_inputs == ("x", "residual") and bwd.row_inputs == (), "dgamma sums every row"

@@ -10,6 +10,9 @@
   `mkdocs serve` watches records/ as soon as it exists.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
+* Expands the checked figures of hand-written pages (`{{ fig(...) }}`, `{{ claim(...) }}`: lab.publish.figures)
+  from the records' verdicts, and fails the build naming page and line where a figure or claim no longer
+  holds.
 * Under `mkdocs serve`, re-renders the evidence pages (tools/build_results.py --render-only) whenever a
   record, a page template or a declaration changed, so the served site follows the evidence live.
 """
@@ -48,6 +51,7 @@ RENDER_COMMAND = ("tools/build_results.py", "--render-only")
 # MkDocs loads this module once per process and keeps it across the rebuilds of `mkdocs serve`.
 _serving = False
 _rendered_fingerprint: str | None = None
+_evidence: tuple[str, object] | None = None  # (render fingerprint, lab.publish.collect.Evidence)
 
 
 def project_root(config) -> Path:
@@ -112,7 +116,8 @@ def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
         title = heading_after_comments(markdown)
         if title:
             page.meta["title"] = title
-    return markdown
+    return expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
+                          page.file.abs_src_path)
 
 
 def on_nav(nav: Navigation, config, files: Files) -> Navigation:
@@ -222,6 +227,45 @@ def _listed_folder(section: Section) -> str | None:
             if first.file.src_uri == f"{folder}/index.md":
                 return folder
     return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# Checked figures
+# --------------------------------------------------------------------------------------------------------
+
+
+def expand_figures(markdown: str, source: str, root: Path, path: str | None = None) -> str:
+    """The page with its checked figures expanded (lab.publish.figures); PluginError lists each one that fails,
+    by its line in the page's file (`path`; MkDocs has already cut the front matter off `markdown`)."""
+    figures = _project_module(root, "lab.publish.figures")
+    if not figures.OPENING.search(markdown):
+        return markdown  # most pages have none: no need to load the records
+    whole = Path(path).read_text(encoding="utf-8") if path and Path(path).is_file() else markdown
+    try:
+        return figures.expand(markdown, evidence_for(root), source, figures.first_line_of(markdown, whole))
+    except figures.FigureError as exc:
+        raise PluginError(f"figures that the records do not bear out:\n{exc}") from None
+
+
+def _project_module(root: Path, name: str):
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # the checkout's own packages, whatever the environment has installed
+    return importlib.import_module(name)
+
+
+def evidence_for(root: Path):
+    """Every record judged as build_results judges it, loaded once per change of the render's inputs."""
+    global _evidence
+    fingerprint = render_fingerprint(root)
+    if _evidence is None or _evidence[0] != fingerprint:
+        experiments = _project_module(root, "experiments").all_experiments()
+        decisions = _project_module(root, "experiments.decisions").DECISIONS
+        hashing = _project_module(root, "lab.evidence.hashing")
+        hashes = {slug: hashing.source_hashes(e, root) for slug, e in experiments.items()}
+        evidence = _project_module(root, "lab.publish.collect").collect_evidence(
+            experiments, decisions, root / RECORDS_DIR, hashes, missing_ok=True)
+        _evidence = (fingerprint, evidence)
+    return _evidence[1]
 
 
 # --------------------------------------------------------------------------------------------------------

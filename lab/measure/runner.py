@@ -98,7 +98,8 @@ def _unavailable(profile: Profile) -> str | None:
     try:
         importlib.import_module(profile.requires)
     except Exception as exc:  # noqa: BLE001 - an optional peer may fail to import in any way
-        return f"{profile.requires} does not import ({describe_exception(exc, 200)})"
+        note = f"; {profile.requires_note}" if profile.requires_note else ""
+        return f"{profile.requires} does not import ({describe_exception(exc, 200)}){note}"
     return None
 
 

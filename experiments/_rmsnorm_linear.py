@@ -19,10 +19,11 @@ from kernels.rmsnorm_linear_seed import SEED_TILES, rmsnorm_linear_seed
 K = 4096
 N_VALUES = (4096, 12288)
 PREFILL_M = (1024, 4096, 8192)
-# Decode: one, four and sixteen tokens through the projections of a 4096-wide model (Q/K/V fused 12288,
-# the MLP's 14336) and one 8192-deep input.
-DECODE_M = (1, 4, 16)
+# Decode: 1 to 16 tokens (powers of two) through the projections of a 4096-wide model (Q/K/V fused 12288,
+# the MLP's 14336), one 8192-deep input, and an odd N that no tile divides (the last tile of W is ragged).
+DECODE_M = (1, 2, 4, 8, 16)
 DECODE_NK = ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192))
+DECODE_ODD_NK = ((11007, 4096),)
 EPS = 1e-6
 
 FUSED_SOURCES = ("kernels/rmsnorm_linear.py", "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py",
@@ -57,7 +58,7 @@ def cases(m_values: tuple[int, ...]) -> tuple[Case, ...]:
 
 
 def decode_cases() -> tuple[Case, ...]:
-    return tuple(case(m, n, k) for n, k in DECODE_NK for m in DECODE_M)
+    return tuple(case(m, n, k) for n, k in DECODE_NK + DECODE_ODD_NK for m in DECODE_M)
 
 
 def bytes_moved(case: Case, dtype: torch.dtype) -> int:
@@ -138,7 +139,8 @@ TRITON_SEED_STYLE = Profile(
 TRITON_FUSED = Profile(
     "triton-fused",
     "the lab's kernel: gamma folded into the x tile, sum of squares beside the product, r in the epilogue; "
-    "up to 16 tokens a weight-streaming GEMV (CUDA cores for one token, tensor cores above, split-K by a fixed plan); "
+    "up to 16 tokens a weight-streaming GEMV (CUDA cores for up to four tokens on small weights and one on wide ones, "
+    "tensor cores above, split-K over the SMs by a fixed plan); "
     "larger M tiled GEMMs autotuned per shape class",
     triton_fused, FUSED_SOURCES, plan=fused_plan,
 )

@@ -11,12 +11,14 @@ import torch.nn.functional as F
 from experiments._margins import measured_margin
 from experiments.spec import PARITY, Case, Claim, Experiment, Profile
 from kernels import reference
+from kernels._gemv import device_sm_count
 from kernels.dequant_linear import int4_linear, int8_linear, plan_dequant_linear
 from kernels.quantize import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 
 GROUP = 128
-M_VALUES = (1, 16, 64)
-NK = ((4096, 4096), (14336, 4096))
+M_VALUES = (1, 2, 4, 8, 16, 64)
+# A 4096-wide model's projections (Q/K/V fused 12288, the MLP's 14336) and an odd N no tile divides.
+NK = ((4096, 4096), (12288, 4096), (14336, 4096), (11007, 4096))
 # tinygemm's packing: innerKTiles 8 asks K to be a multiple of 8 * 16.
 INNER_K_TILES = 8
 
@@ -67,7 +69,7 @@ def make_inputs(case: Case, dtype: torch.dtype, device: str, gen: torch.Generato
         return {"x": x, "weight": weight, "scales": scales}
     weight, scales = quantize_int4(w, GROUP)
     inputs = {"x": x, "weight": weight, "scales": scales}
-    if torch.device(device).type == "cuda":
+    if torch.device(device).type == "cuda" and n % 8 == 0:  # tinygemm's packing needs N in multiples of 8
         q = reference.unpack_int4_reference(weight, GROUP)
         u = (q + 8).to(torch.int32)
         inputs["tinygemm_weight"] = torch.ops.aten._convert_weight_to_int4pack(
@@ -113,8 +115,38 @@ def int4pack_mm(x, tinygemm_weight, tinygemm_scales_zeros, **_):
     return torch.ops.aten._weight_int4pack_mm(x, tinygemm_weight, GROUP, tinygemm_scales_zeros)
 
 
+# gemlite's layers, packed from the same quantised values on a profile's first call for each weight tensor
+# (a warm-up call, outside the clock) and kept by the weight's address; each cached entry holds its weight,
+# so no address is reused while the process lives. Symmetric int4 is gemlite's asymmetric form with zero 8.
+_GEMLITE_LAYERS: dict[tuple, tuple] = {}
+
+
+def _gemlite_layer(weight, scales, dtype):
+    key = (weight.data_ptr(), scales.data_ptr(), tuple(weight.shape), weight.dtype, dtype)
+    found = _GEMLITE_LAYERS.get(key)
+    if found is None:
+        from gemlite import helper
+
+        if weight.dtype == torch.int8:
+            layer = helper.A16W8_INT8(device=str(weight.device), dtype=dtype).from_weights(
+                weight, scales=scales.float()[:, None])
+        else:
+            u = (reference.unpack_int4_reference(weight, GROUP) + 8).to(torch.uint8)
+            layer = helper.A16Wn(device=str(weight.device), dtype=dtype).from_weights(
+                u, scales.to(dtype), torch.full_like(scales, 8.0, dtype=dtype), W_nbits=4, group_size=GROUP)
+        found = _GEMLITE_LAYERS[key] = (layer, weight, scales)
+    return found[0]
+
+
+def gemlite_linear(x, weight, scales, **_):
+    """gemlite's A16W8 (int8 per channel) or A16Wn (int4, group 128) layer with its default settings."""
+    return _gemlite_layer(weight, scales, x.dtype)(x)
+
+
 def lab_plan(case: Case, dtype: torch.dtype) -> dict:
-    return plan_dequant_linear(case["BITS"], case["M"], case["N"], case["K"], GROUP).as_dict()
+    """The plan int4_linear / int8_linear run for this case on this machine's GPU (its SM count)."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return plan_dequant_linear(case["BITS"], case["M"], case["N"], case["K"], GROUP, device_sm_count(device)).as_dict()
 
 
 def _only(bits: int):
@@ -129,6 +161,14 @@ def _int4pack_unsupported(case: Case, dtype: torch.dtype) -> str | None:
         return f"an int4 kernel; this case is int{case['BITS']}"
     if not torch.cuda.is_available():
         return "tinygemm's int4 kernel runs on CUDA only"
+    if case["N"] % 8:
+        return f"tinygemm's packing takes N in multiples of 8; N = {case['N']}"
+    return None
+
+
+def _gemlite_unsupported(case: Case, dtype: torch.dtype) -> str | None:
+    if not torch.cuda.is_available():
+        return "gemlite's kernels run on CUDA only"
     return None
 
 
@@ -140,18 +180,22 @@ PROFILES = (
             int8pack_mm, unsupported=_only(8)),
     Profile("torch-int4pack-mm", "torch.ops.aten._weight_int4pack_mm: tinygemm, PyTorch's int4 kernel, on the "
             "same weights in its own packing (group 128, zero points 0)", int4pack_mm, unsupported=_int4pack_unsupported),
-    Profile("triton-dequant", "the lab's kernel: int weights streamed once and dequantised in registers (CUDA cores "
-            "for one token, tensor cores above), split-K by a fixed plan", lab_kernel, LAB_SOURCES, plan=lab_plan),
+    Profile("gemlite", "gemlite 0.6 (Triton): A16W8 for int8, A16Wn with zero points 8 for int4, default settings, "
+            "packed from the same quantised values outside the clock", gemlite_linear, TORCH_SOURCES,
+            unsupported=_gemlite_unsupported, requires="gemlite"),
+    Profile("triton-dequant", "the lab's kernel: int weights streamed once and dequantised in registers (int8: CUDA "
+            "cores up to four tokens on small weights and one on wide ones; int4: tensor cores at every M), split-K "
+            "over the SMs by a fixed plan", lab_kernel, LAB_SOURCES, plan=lab_plan),
 )
 
 EXPERIMENT = Experiment(
     slug="dequant-linear-decode",
     title="Weight-only int8 and int4 linear: decode",
     question=(
-        "For M = 1, 16 and 64 tokens through a 4096 → 4096 or 4096 → 14336 projection with int8 (per-channel) "
-        "or int4 (group 128) weights and bfloat16 activations, is the lab's dequantise-in-registers kernel at "
-        "least as fast as the best of dequantise-then-F.linear (eager and torch.compile) and PyTorch's own "
-        "weight-only kernels?"
+        "For M = 1, 2, 4, 8, 16 and 64 tokens through a 4096 → 4096, 12288, 14336 or 11007 projection with int8 "
+        "(per-channel) or int4 (group 128) weights and bfloat16 activations, is the lab's dequantise-in-registers "
+        "kernel at least as fast as the best of dequantise-then-F.linear (eager and torch.compile), PyTorch's own "
+        "weight-only kernels and gemlite?"
     ),
     focus="Kernel fusion: dequantisation into the matrix product",
     why=(
@@ -162,7 +206,7 @@ EXPERIMENT = Experiment(
     ),
     claim=Claim(
         subject="triton-dequant",
-        baselines=("torch-dequant", "torch.compile", "torch-int8pack-mm", "torch-int4pack-mm"),
+        baselines=("torch-dequant", "torch.compile", "torch-int8pack-mm", "torch-int4pack-mm", "gemlite"),
         threshold=1.0,
         statement="triton-dequant is at least as fast as the best PyTorch path for the same quantised weights at every point",
         short="dequant fusion claim",

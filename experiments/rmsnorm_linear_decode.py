@@ -10,8 +10,8 @@ EXPERIMENT = Experiment(
     slug="rmsnorm-linear-decode",
     title="Fused RMSNorm + linear: decode",
     question=(
-        "For M = 1, 4 and 16 tokens through a 4096 → 4096, 4096 → 12288, 4096 → 14336 or 8192 → 4096 "
-        "projection (bfloat16), is the lab's fused RMSNorm + linear at least 1.1x faster than the best of "
+        "For M = 1, 2, 4, 8 and 16 tokens through a 4096 → 4096, 4096 → 12288, 4096 → 14336, 4096 → 11007 "
+        "or 8192 → 4096 projection (bfloat16), is the lab's fused RMSNorm + linear at least 1.1x faster than the best of "
         "unfused PyTorch and torch.compile?"
     ),
     focus="Kernel fusion at decode",
@@ -44,7 +44,7 @@ EXPERIMENT = Experiment(
     flops=rl.flops,
     metrics=("latency", "throughput", "tflops"),
     evidence_boundary=(
-        "Forward only, bfloat16, K = 4096 and 8192, each GPU model judged on its own; inputs and weights are fresh in DRAM for "
+        "Forward only, bfloat16, K = 4096 and 8192, N up to 14336 (one odd N, 11007), each GPU model judged on its own; inputs and weights are fresh in DRAM for "
         "every call (L2 flushed), as for a layer whose weights were evicted by the layers before it. A decode "
         "step that keeps W resident in L2, a CUDA graph that hides launches, or another dtype or GPU is outside "
         "it. Every point runs the GEMV; which form (CUDA cores or tensor cores), tile and split-K it used is "

@@ -19,15 +19,18 @@ k = g*G + G/2 + j in its high nibble, with u = q + 8 for the signed value q in -
 load of G/2 bytes whose low nibbles pair with the first half of the group's x and high nibbles with the
 second half, both contiguous. Scales are [N, K/G].
 
-Forms and split-K as in kernels/_gemv.py (the plan table, FMA_MAX_M, says which form runs). Conversions
-avoid the slow integer-to-float instruction, whose rate is a fraction of the FMA rate:
+Forms and split-K as in kernels/_gemv.py (the plan table, fma_max_m, says which form runs; the plan is a
+pure function of (bits, M, N, K, group, SM count)). Conversions avoid the slow integer-to-float instruction,
+whose rate is a fraction of the FMA rate:
 * int8, CUDA cores: q + 128 OR-ed into the mantissa of 2^23 is the float 2^23 + 128 + q exactly; one float
   subtraction leaves q. On the tensor cores that float's top half is q in bfloat16 (exact).
-* int4, CUDA cores: a nibble in the top of the mantissa of 1.0 is f = 1 + u/16 exactly, so a group's
-  sum_k (u - 8) x = 16 * sum_k f x - 24 * sum_k x, and the group's scale applies once per row, not per weight.
-* int4, tensor cores: a nibble OR-ed into the bits of 128.0 (bfloat16; 1024.0 for float16) is 128 + u
-  exactly; the product sums (128 + u) * x and a constant operand of -136 subtracts 136 * x on the tensor
-  cores too. Each costs a few bits of fp32 to cancellation, far below the output's rounding.
+* int4, tensor cores (every M): a nibble OR-ed into the bits of 128.0 (bfloat16; 1024.0 for float16) is
+  128 + u exactly, and subtracting 136 (1032) leaves q = u - 8 exactly. With one group a K-step the exact q
+  go into the product and the group's scale multiplies the step's fp32 partial; with several groups a step
+  each q is multiplied by its group's scale first (one rounding to x's dtype, as dequantising does).
+Offline (tools/sass_decode.py) the int4 loop still spends about 4.2-4.7 instructions a weight, against the
+about 5 an SM can issue per weight arriving at the copy rate: the int4 kernel is bound by its unpacking,
+not by DRAM (notes/rmsnorm-linear.md, "The decode GEMVs on the graph clock").
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import triton
 import triton.language as tl
 
 from kernels._checks import check_device, check_dtype, interpreter_enabled
-from kernels._gemv import GemvPlan, choose_split_k, split_k_sum, split_k_workspace
+from kernels._gemv import DEFAULT_SM_COUNT, GemvPlan, choose_split_k, device_sm_count, split_k_sum, split_k_workspace
 from kernels._launch import aligned, bind
 from kernels.quantize import GROUP_SIZES, check_group_size, quantize_int4, quantize_int8, unpack_int4
 
@@ -133,81 +136,101 @@ def _int8_linear_kernel(
 def _int4_linear_kernel(
     x_ptr, p_ptr, s_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, stride_xm, stride_pn, stride_sn, stride_ym,
-    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-    USE_DOT: tl.constexpr, LOAD_STAGES: tl.constexpr, EVICT: tl.constexpr, DOT_F32: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, LOAD_STAGES: tl.constexpr, EVICT: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
-    # One K-step is one group: G/2 bytes per row of W, G values of k, one scale per row.
+    # One K-step is GS = BLOCK_K / GROUP whole groups: BLOCK_K / 2 contiguous bytes per row of W (a 16-byte
+    # load holds 32 weights), GS scales per row, BLOCK_K values of k. The weights are dequantised in
+    # registers, scale included, and meet x on the tensor cores (M padded to BLOCK_M >= 16).
     HALF: tl.constexpr = GROUP // 2
+    GS: tl.constexpr = BLOCK_K // GROUP
+    BYTES: tl.constexpr = BLOCK_K // 2
     pid = tl.program_id(0)
     tile = pid // SPLIT_K
     split = pid % SPLIT_K
     cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    cols_in = (cols % N).to(tl.int64)
+    cols_in = (cols % N).to(tl.int64)  # wrapped columns: unmasked loads, dropped at the store
     rows = tl.arange(0, BLOCK_M)
     row_in = rows < M
-    offs_h = tl.arange(0, HALF)
     n_groups = K // GROUP
-    groups_per_split = tl.cdiv(n_groups, SPLIT_K)
-    g_start = split * groups_per_split
-    g_end = tl.minimum(n_groups, g_start + groups_per_split)
-    p_ptrs = p_ptr + cols_in[:, None] * stride_pn + offs_h[None, :]
-    s_ptrs = s_ptr + cols_in * stride_sn
-    if USE_DOT:
-        x_ptrs = x_ptr + rows.to(tl.int64)[None, :] * stride_xm + offs_h[:, None]  # x^T halves [HALF, BLOCK_M]
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        if x_ptr.dtype.element_ty == tl.bfloat16:  # 128 + u: a nibble in the mantissa of 128.0
-            MAGIC_BITS: tl.constexpr = 0x4300
-            MAGIC: tl.constexpr = 136.0  # 128 + 8
-        else:  # float16: 1024 + u
-            MAGIC_BITS: tl.constexpr = 0x6400
-            MAGIC: tl.constexpr = 1032.0
-        NEG_MAGIC = tl.full((BLOCK_N, HALF), -MAGIC, dtype=tl.float32).to(x_ptr.dtype.element_ty)
-    else:
-        x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + offs_h[None, :]  # x halves [BLOCK_M, HALF]
-        acc = tl.zeros((BLOCK_N,) if BLOCK_M == 1 else (BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for g in tl.range(g_start, g_end, num_stages=LOAD_STAGES):
-        b = tl.load(p_ptrs + g * HALF, eviction_policy=EVICT)
-        s = tl.load(s_ptrs + g).to(tl.float32)
-        lo = b & 0xF
-        hi = b >> 4
-        k0 = g * GROUP
-        if USE_DOT:
+    n_steps = tl.cdiv(K, BLOCK_K)
+    steps_per_split = tl.cdiv(n_steps, SPLIT_K)
+    st_start = split * steps_per_split
+    st_end = tl.minimum(n_steps, st_start + steps_per_split)
+    offs_g = tl.arange(0, GS)
+    offs_h = tl.arange(0, HALF)
+    # The step's bytes as [BLOCK_N, GS, HALF]: byte h of group g sits at g*HALF + h.
+    p_ptrs = p_ptr + cols_in[:, None, None] * stride_pn + (offs_g[:, None] * HALF + offs_h[None, :])[None, :, :]
+    s_ptrs = s_ptr + cols_in[:, None] * stride_sn + offs_g[None, :]
+    # x^T [BYTES, BLOCK_M] for the low nibbles: byte column j = g*HALF + h pairs with k = g*GROUP + h, and
+    # the high nibbles with k + HALF (the packing of kernels/quantize.py).
+    offs_b = tl.arange(0, BYTES)
+    k_lo = (offs_b // HALF) * GROUP + offs_b % HALF
+    x_ptrs = x_ptr + rows.to(tl.int64)[None, :] * stride_xm + k_lo[:, None]
+    dt = x_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if dt == tl.bfloat16:  # 128 + u: a nibble in the mantissa of 128.0
+        MAGIC_BITS: tl.constexpr = 0x4300
+        MAGIC: tl.constexpr = 136.0  # 128 + 8: (128 + u) - 136 = q, exact
+    else:  # float16: 1024 + u
+        MAGIC_BITS: tl.constexpr = 0x6400
+        MAGIC: tl.constexpr = 1032.0
+    magic = tl.full((1, 1, 1), MAGIC, dtype=tl.float32).to(dt)
+    if GS == 1:
+        # One group a step: the weights stay exact small integers into the tensor cores, the group's scale
+        # applies to the step's fp32 partial product, and the chain from the loaded bytes to the operand is
+        # elementwise (the compiler may convert in the operand's own register layout).
+        b_ptrs = p_ptr + cols_in[:, None] * stride_pn + offs_h[None, :]
+        magic2 = tl.full((1, 1), MAGIC, dtype=tl.float32).to(dt)
+        for st in tl.range(st_start, st_end, num_stages=LOAD_STAGES):
+            k0 = st * BLOCK_K
+            b = tl.load(b_ptrs + st * BYTES, eviction_policy=EVICT)
+            s = tl.load(s_ptr + cols_in * stride_sn + st).to(tl.float32)
             x_lo = tl.load(x_ptrs + k0, mask=row_in[None, :], other=0.0)
             x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[None, :], other=0.0)
-            w_lo = (lo.to(tl.int16) | MAGIC_BITS).to(x_ptr.dtype.element_ty, bitcast=True)
-            w_hi = (hi.to(tl.int16) | MAGIC_BITS).to(x_ptr.dtype.element_ty, bitcast=True)
-            # (128 + u) x summed, then MAGIC * x subtracted, both on the tensor cores: no reduction of x here.
+            q_lo = ((b & 0xF).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
+            q_hi = ((b >> 4).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
             if DOT_F32:
-                part = tl.dot(w_lo.to(tl.float32), x_lo.to(tl.float32))
-                part = tl.dot(w_hi.to(tl.float32), x_hi.to(tl.float32), part)
-                part = tl.dot(NEG_MAGIC.to(tl.float32), (x_lo.to(tl.float32) + x_hi.to(tl.float32)), part)
+                part = tl.dot(q_lo.to(tl.float32) - MAGIC, x_lo.to(tl.float32))
+                part = tl.dot(q_hi.to(tl.float32) - MAGIC, x_hi.to(tl.float32), part)
             else:
-                part = tl.dot(w_lo, x_lo)
-                part = tl.dot(w_hi, x_hi, part)
-                part = tl.dot(NEG_MAGIC, x_lo, part)
-                part = tl.dot(NEG_MAGIC, x_hi, part)
-            acc += s[:, None] * part
-        else:
-            x_lo = tl.load(x_ptrs + k0, mask=row_in[:, None], other=0.0).to(tl.float32)
-            x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[:, None], other=0.0).to(tl.float32)
-            # f = 1 + u/16 exactly (the nibble in the top of the mantissa of 1.0), so per group
-            # sum (u - 8) x = 16 * sum f x - 24 * sum x; the scale applies once per group, not per weight.
-            f_lo = ((lo.to(tl.uint32) << 19) | 0x3F800000).to(tl.float32, bitcast=True)
-            f_hi = ((hi.to(tl.uint32) << 19) | 0x3F800000).to(tl.float32, bitcast=True)
-            x_sum = tl.sum(x_lo + x_hi, axis=1)  # [BLOCK_M]
-            if BLOCK_M == 1:
-                p = tl.sum(f_lo * x_lo + f_hi * x_hi, axis=1)
-                acc += s * (16.0 * p - 24.0 * x_sum)
-            else:
-                p = tl.sum(f_lo[None, :, :] * x_lo[:, None, :] + f_hi[None, :, :] * x_hi[:, None, :], axis=2)
-                acc += s[None, :] * (16.0 * p - 24.0 * x_sum[:, None])
-
-    if USE_DOT:
-        c = tl.trans(acc)
-    elif BLOCK_M == 1:
-        c = acc[None, :]
+                part = tl.dot(q_lo - magic2, x_lo)
+                part = tl.dot(q_hi - magic2, x_hi, part)
+            acc += part * s[:, None]
     else:
-        c = acc
+        for st in tl.range(st_start, st_end, num_stages=LOAD_STAGES):
+            k0 = st * BLOCK_K
+            if EVEN_K:
+                b = tl.load(p_ptrs + st * BYTES, eviction_policy=EVICT)
+                s = tl.load(s_ptrs + st * GS)
+                x_lo = tl.load(x_ptrs + k0, mask=row_in[None, :], other=0.0)
+                x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[None, :], other=0.0)
+            else:  # the last step holds fewer than GS groups: masked bytes are u = 0 with scale 0
+                g_in = (st * GS + offs_g) < n_groups
+                b = tl.load(p_ptrs + st * BYTES, mask=g_in[None, :, None], other=0, eviction_policy=EVICT)
+                s = tl.load(s_ptrs + st * GS, mask=g_in[None, :], other=0.0)
+                x_in = row_in[None, :] & ((k0 + k_lo) < K)[:, None]
+                x_lo = tl.load(x_ptrs + k0, mask=x_in, other=0.0)
+                x_hi = tl.load(x_ptrs + (k0 + HALF), mask=x_in, other=0.0)
+            # (MAGIC_BITS | u) as a 16-bit float is 128 + u (1024 + u) exactly; minus MAGIC leaves q exactly; one
+            # rounding at the product with the group's scale, as dequantising to x's dtype does.
+            v_lo = ((b & 0xF).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
+            v_hi = ((b >> 4).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
+            if DOT_F32:  # the interpreter computes on bfloat16 bit patterns (triton-lang/triton#11584): fp32 there
+                s3 = s.to(dt).to(tl.float32)[:, :, None]
+                w_lo = tl.reshape(((v_lo.to(tl.float32) - MAGIC) * s3).to(dt).to(tl.float32), (BLOCK_N, BYTES))
+                w_hi = tl.reshape(((v_hi.to(tl.float32) - MAGIC) * s3).to(dt).to(tl.float32), (BLOCK_N, BYTES))
+                acc = tl.dot(w_lo, x_lo.to(tl.float32), acc)
+                acc = tl.dot(w_hi, x_hi.to(tl.float32), acc)
+            else:
+                s3 = s.to(dt)[:, :, None]
+                w_lo = tl.reshape((v_lo - magic) * s3, (BLOCK_N, BYTES))
+                w_hi = tl.reshape((v_hi - magic) * s3, (BLOCK_N, BYTES))
+                acc = tl.dot(w_lo, x_lo, acc)
+                acc = tl.dot(w_hi, x_hi, acc)
+
+    c = tl.trans(acc)  # [BLOCK_M, BLOCK_N]
     is_last = True
     if SPLIT_K > 1:
         is_last, c, _ = split_k_sum(c, tl.zeros((BLOCK_M,), dtype=tl.float32), part_ptr, count_ptr, tile, split,
@@ -221,43 +244,70 @@ def _int4_linear_kernel(
 # Plan: a pure function of (bits, M, N, K)
 # --------------------------------------------------------------------------------------------------------
 
-# M <= FMA_MAX_M[bits]: CUDA cores (fp32); above: tensor cores, M padded to a power of two >= 16. Compiled for
-# sm_90a, the int4 CUDA-core loop spends 7-10 instructions a weight against about 5 on the tensor cores (the
-# nibbles go straight into 16-bit operands there), and one byte carries two int4 weights: at M = 1 int4
-# takes the tensor cores too. int8's CUDA-core loop, about 6 instructions a byte, keeps M = 1.
-FMA_MAX_M = {8: 1, 4: 0}
+# M <= fma_max_m(bits, N, K): CUDA cores (fp32); above: tensor cores, M padded to a power of two >= 16.
+# int8's CUDA-core loop spends about 6 instructions a byte and an FMA per row: measured
+# (checks/decode_probe.py, H100 and H200), four rows there beat the tensor-core tile at 4096 x 4096 and lose
+# to it at 14336 x 4096. int4 carries two weights a byte, twice the conversions per byte read, and runs on
+# the tensor cores at every M (its nibbles go straight into 16-bit operands there).
+FMA_MAX_M = {8: 4, 4: 0}
+FMA_MAX_M_WIDE = {8: 1, 4: 0}
+WIDE_MIN_ELEMENTS = 4096 * 4096 + 1  # N*K from which a weight is "wide" (its own rows of the tables)
 DOT_MAX_M = 64  # the largest batch one row-tile holds; larger M is refused (a GEMM's job)
-# (BLOCK_N, BLOCK_K, num_warps, load stages); for int4 BLOCK_K is the group size, fixed by the weights.
+# (BLOCK_N, BLOCK_K, num_warps, load stages) by (bits, form, M bucket); M bucket = the smallest key >= M.
+# For int4 BLOCK_K is the K-values per step, a whole number of groups (at least one). WIDE_TILES replaces a
+# row for wide weights. Each step of a program reads BLOCK_N * BLOCK_K (int8) or BLOCK_N * BLOCK_K / 2
+# (int4) bytes of W; the rows are the best of the probe's sweep.
 TILES = {
-    (8, "fma"): (8, 512, 4, 3),
-    (8, "dot"): (64, 128, 4, 3),
-    (4, "fma"): (32, None, 4, 4),
-    (4, "dot"): (64, None, 4, 3),
+    (8, "fma", 1): (8, 512, 4, 6),
+    (8, "fma", 4): (8, 256, 4, 8),
+    (8, "dot", 64): (64, 128, 4, 5),
+    (4, "dot", 64): (64, 512, 4, 3),
 }
-# Split-K as for the bf16 GEMV: about two waves of programs on 132 SMs, no split under four K-steps.
-MIN_PROGRAMS = 264
-MIN_STEPS_PER_SPLIT = 4
-MAX_SPLIT_K = 8
-EVICT_FIRST = False
+WIDE_TILES = {
+    (4, "dot", 64): (64, 128, 4, 4),  # one group a step: the partial product scaled per group
+}
+# Split-K as for the bf16 GEMV: PROGRAMS_PER_SM programs per SM, no split under MIN_STEPS_PER_SPLIT K-steps.
+PROGRAMS_PER_SM = 2
+MIN_STEPS_PER_SPLIT = 2
+MAX_SPLIT_K = 16
+EVICT_FIRST = False  # within 1% either way on the graph clock; see kernels/rmsnorm_gemv.py
 FAST_CVT = True
 
 
-def plan_dequant_linear(bits: int, n_rows: int, n_cols: int, n_features: int, group_size: int = 128) -> GemvPlan:
-    """The launch plan for M = n_rows tokens through an N = n_cols by K = n_features weight of `bits` bits."""
+def is_wide(n_cols: int, n_features: int) -> bool:
+    return n_cols * n_features >= WIDE_MIN_ELEMENTS
+
+
+def fma_max_m(bits: int, n_cols: int, n_features: int) -> int:
+    """The largest M the CUDA-core form serves (0: none)."""
+    return (FMA_MAX_M_WIDE if is_wide(n_cols, n_features) else FMA_MAX_M)[bits]
+
+
+def _tile(bits: int, form: str, n_rows: int, wide: bool = False) -> tuple[int, int, int, int]:
+    buckets = sorted(mb for (b, f, mb) in TILES if b == bits and f == form)
+    key = (bits, form, next(mb for mb in buckets if mb >= n_rows))
+    return WIDE_TILES.get(key, TILES[key]) if wide else TILES[key]
+
+
+def plan_dequant_linear(bits: int, n_rows: int, n_cols: int, n_features: int, group_size: int = 128,
+                        sm_count: int = DEFAULT_SM_COUNT) -> GemvPlan:
+    """The launch plan for M = n_rows tokens through an N = n_cols by K = n_features weight of `bits` bits on
+    a GPU of `sm_count` SMs: a pure function of its arguments (the tables above)."""
     if bits not in (4, 8):
         raise ValueError(f"dequant_linear: bits must be 4 or 8, got {bits!r}.")
     if not 1 <= n_rows <= DOT_MAX_M:
         raise ValueError(f"dequant_linear: serves 1 <= M <= {DOT_MAX_M} rows, got {n_rows}.")
-    form = "fma" if n_rows <= FMA_MAX_M[bits] else "dot"
-    block_n, block_k, warps, stages = TILES[(bits, form)]
+    form = "fma" if n_rows <= fma_max_m(bits, n_cols, n_features) else "dot"
+    block_n, block_k, warps, stages = _tile(bits, form, n_rows, is_wide(n_cols, n_features))
     block_m = max(1, triton.next_power_of_2(n_rows)) if form == "fma" else max(16, triton.next_power_of_2(n_rows))
     block_n = min(block_n, max(16 if form == "dot" else 1, triton.next_power_of_2(n_cols)))
-    if bits == 4:
-        block_k = group_size
+    if bits == 4:  # whole groups, no more than K holds
+        block_k = max(group_size, min(block_k, triton.next_power_of_2(n_features)))
     else:
         block_k = min(block_k, max(16, triton.next_power_of_2(n_features)))
     split = choose_split_k(triton.cdiv(n_cols, block_n), triton.cdiv(n_features, block_k),
-                           min_programs=MIN_PROGRAMS, min_steps=MIN_STEPS_PER_SPLIT, max_split=MAX_SPLIT_K)
+                           min_programs=PROGRAMS_PER_SM * sm_count, min_steps=MIN_STEPS_PER_SPLIT,
+                           max_split=MAX_SPLIT_K)
     return GemvPlan(form, block_m, block_n, block_k, split, warps, stages, True, EVICT_FIRST)
 
 
@@ -287,7 +337,12 @@ def _launch_spec(bits: int, x, weight, scales, plan: GemvPlan, out, group_size: 
         return _int8_linear_kernel, plan.grid(n_cols), args, meta
     args = (x, weight, scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0), weight.stride(0),
             scales.stride(0), out.stride(0))
-    return _int4_linear_kernel, plan.grid(n_cols), args, {**meta, "GROUP": group_size}
+    if plan.form != "dot" or plan.block_k % group_size or plan.block_m < 16:
+        raise ValueError(f"int4_linear: plans run on the tensor cores with whole groups a K-step (BLOCK_M >= 16, "
+                         f"BLOCK_K a multiple of {group_size}), got {plan}.")
+    meta.pop("USE_DOT")
+    meta.update(GROUP=group_size, BLOCK_K=plan.block_k, EVEN_K=n_features % plan.block_k == 0)
+    return _int4_linear_kernel, plan.grid(n_cols), args, meta
 
 
 def int8_linear_fwd(x, w_q, scales, plan: GemvPlan, out: torch.Tensor, *, fast_cvt: bool = FAST_CVT) -> torch.Tensor:
@@ -368,7 +423,8 @@ class _Call:
             raise ValueError(f"dequant_linear: serves up to M = {DOT_MAX_M} rows (decode and small batches), got "
                              f"{self.n_rows}; dequantise once and use F.linear for larger batches.")
         if self.n_rows and self.n_cols:
-            self.plan = plan_dequant_linear(bits, self.n_rows, self.n_cols, n_features, group_size)
+            self.plan = plan_dequant_linear(bits, self.n_rows, self.n_cols, n_features, group_size,
+                                            device_sm_count(x.device))
 
 
 _CALLS: dict[tuple, _Call] = {}

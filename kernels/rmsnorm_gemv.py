@@ -18,7 +18,7 @@ tensor cores is x * gamma rounded to the input dtype, as the tiled kernel does; 
 pass 65504 where F.rms_norm's output would not, so float16 "dot" plans take r from a row pre-pass first and
 feed x * r * gamma (one more read of x: M*K*size bytes).
 
-The plan is a pure function of (M, N, K, dtype): the tables below, each threshold tested on both sides.
+The plan is a pure function of (M, N, K, dtype, SM count): the tables below, each threshold tested on both sides.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from kernels._checks import interpreter_enabled
-from kernels._gemv import GemvPlan, choose_split_k, split_k_sum, split_k_workspace
+from kernels._gemv import DEFAULT_SM_COUNT, GemvPlan, choose_split_k, split_k_sum, split_k_workspace
 from kernels._launch import bind
 
 # --------------------------------------------------------------------------------------------------------
@@ -141,23 +141,39 @@ def _rms_inv_kernel(x_ptr, r_ptr, K, stride_xm, eps, BLOCK_K: tl.constexpr):
 # --------------------------------------------------------------------------------------------------------
 
 GEMV_MAX_M = 16  # the GEMV serves M <= this; larger M runs the tiled kernels (kernels/_rmsnorm_linear_tiled.py)
-FMA_MAX_M = 1  # M <= this runs the CUDA-core form; above it, the tensor cores with M padded to 16
+# M <= fma_max_m(N, K) runs the CUDA-core form; above it, the tensor cores with M padded to 16. At M rows the
+# CUDA-core form spends M FMAs (and a conversion) per weight: a Hopper SM streams about 8 bf16 weights a
+# cycle at the copy rate and retires 128 FMAs. Measured (checks/decode_probe.py, H100 and H200, graph clock):
+# four rows on the CUDA cores beat the tensor-core tile at 4096 x 4096 and lose to it at 14336 x 4096, so
+# the CUDA-core form keeps M <= 4 only while W has at most FMA_WIDE_MAX_ELEMENTS elements.
+FMA_MAX_M = 4
+FMA_MAX_M_WIDE = 1
+FMA_WIDE_MAX_ELEMENTS = 4096 * 4096
 
-# Tiles per form: (BLOCK_N, BLOCK_K, num_warps, load stages). The fma tile keeps 8 to 16 W elements a
-# thread per row of x; the dot tile is a 64-row W tile for the warpgroup MMA, 16 rows of a as the small
-# operand. Starting points from the tiled kernel's autotuning on the H200 (notes/rmsnorm-linear.md); the
-# GPU check (tools/gpu_check_decode.py) times the alternatives.
-FMA_TILE = {1: (8, 1024, 4, 3), 2: (4, 512, 4, 4), 4: (4, 256, 4, 4)}
-DOT_TILE = (64, 256, 4, 4)
+# Tiles per form and M bucket (the smallest key >= M): (BLOCK_N, BLOCK_K, num_warps, load stages). An fma
+# thread loads 8 contiguous elements of W a row (one 16-byte load) and keeps BLOCK_M * BLOCK_N * BLOCK_K /
+# (32 * warps) fp32 partial sums; the dot tile is a 128-row W tile for the warpgroup MMA with 16 rows of a
+# as the small operand. The best of checks/decode_probe.py's sweep on an H100 and an H200.
+FMA_TILE = {1: (8, 1024, 4, 3), 2: (8, 512, 4, 4), 4: (8, 512, 4, 4)}
+DOT_TILE = (128, 128, 4, 3)
 DOT_SWAP = True
 
-# Split-K: enough programs to keep every SM streaming (132 on an H100; two waves' worth), no split
-# shorter than four K-steps, at most eight.
-MIN_PROGRAMS = 264
+
+def fma_max_m(n_cols: int, n_features: int) -> int:
+    """The largest M the CUDA-core form serves for an N x K weight."""
+    return FMA_MAX_M if n_cols * n_features <= FMA_WIDE_MAX_ELEMENTS else FMA_MAX_M_WIDE
+
+
+# Split-K: PROGRAMS_PER_SM programs an SM at least (so every SM streams), no split shorter than
+# MIN_STEPS_PER_SPLIT K-steps, at most MAX_SPLIT_K.
+PROGRAMS_PER_SM = 2
+MIN_PROGRAMS = PROGRAMS_PER_SM * DEFAULT_SM_COUNT
 MIN_STEPS_PER_SPLIT = 4
 MAX_SPLIT_K = 8
 
-# Loads of W marked evict-first (see GemvPlan.evict_first); off until measured on the graph clock.
+# Loads of W marked evict-first (see GemvPlan.evict_first): within 1% either way in the probe's sweep on the
+# graph clock (H100, H200), so off: on the lab's clock, which leaves L2 full of dirty lines before each call,
+# it would buy an advantage a real decode step does not have (notes/rmsnorm-linear.md).
 EVICT_FIRST = False
 
 _RMS_PREPASS_MAX_BLOCK_K = 1024
@@ -167,14 +183,16 @@ def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, triton.next_power_of_2(max(1, n)))
 
 
-def plan_rmsnorm_gemv(n_rows: int, n_cols: int, n_features: int, dtype: torch.dtype) -> GemvPlan:
-    """The GEMV plan for M = n_rows <= GEMV_MAX_M tokens through an N = n_cols by K = n_features weight.
+def plan_rmsnorm_gemv(n_rows: int, n_cols: int, n_features: int, dtype: torch.dtype,
+                      sm_count: int = DEFAULT_SM_COUNT) -> GemvPlan:
+    """The GEMV plan for M = n_rows <= GEMV_MAX_M tokens through an N = n_cols by K = n_features weight on a
+    GPU of `sm_count` SMs: a pure function of its arguments (the tables above).
 
     Tiles shrink to the problem (a K-tile no wider than K's power of two) so small shapes run the same
     code as large ones."""
     if not 1 <= n_rows <= GEMV_MAX_M:
         raise ValueError(f"rmsnorm_linear: the GEMV serves 1 <= M <= {GEMV_MAX_M} rows, got {n_rows}.")
-    if n_rows <= FMA_MAX_M:
+    if n_rows <= fma_max_m(n_cols, n_features):
         block_m = _pow2_at_least(n_rows, 1)
         block_n, block_k, warps, stages = FMA_TILE[block_m]
         form, swap, floor_n, floor_k = "fma", False, 1, 16
@@ -185,7 +203,8 @@ def plan_rmsnorm_gemv(n_rows: int, n_cols: int, n_features: int, dtype: torch.dt
     block_n = min(block_n, _pow2_at_least(n_cols, floor_n))
     block_k = min(block_k, _pow2_at_least(n_features, floor_k))
     split = choose_split_k(triton.cdiv(n_cols, block_n), triton.cdiv(n_features, block_k),
-                           min_programs=MIN_PROGRAMS, min_steps=MIN_STEPS_PER_SPLIT, max_split=MAX_SPLIT_K)
+                           min_programs=PROGRAMS_PER_SM * sm_count, min_steps=MIN_STEPS_PER_SPLIT,
+                           max_split=MAX_SPLIT_K)
     return GemvPlan(form, block_m, block_n, block_k, split, warps, stages, swap, EVICT_FIRST)
 
 

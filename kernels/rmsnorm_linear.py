@@ -39,7 +39,7 @@ import torch
 
 from kernels import _rmsnorm_linear_tiled as tiled
 from kernels._checks import check_device, check_dtype, interpreter_enabled
-from kernels._gemv import GemvPlan
+from kernels._gemv import DEFAULT_SM_COUNT, GemvPlan, device_sm_count
 from kernels._launch import aligned
 from kernels.rmsnorm_gemv import GEMV_MAX_M, BoundGemv, plan_rmsnorm_gemv, rms_mode, rmsnorm_gemv_fwd
 
@@ -91,13 +91,15 @@ def _check_plan_dtype(dtype: torch.dtype) -> None:
 
 
 def plan_rmsnorm_linear(
-    n_rows: int, n_cols: int, n_features: int, dtype: torch.dtype, *, interpret: bool | None = None
+    n_rows: int, n_cols: int, n_features: int, dtype: torch.dtype, *, interpret: bool | None = None,
+    sm_count: int = DEFAULT_SM_COUNT,
 ) -> RmsNormLinearPlan:
-    """Launch plan for y [n_rows, n_cols] = rmsnorm(x [n_rows, n_features]) @ W^T in `dtype`."""
+    """Launch plan for y [n_rows, n_cols] = rmsnorm(x [n_rows, n_features]) @ W^T in `dtype` on a GPU of
+    `sm_count` SMs (the GEMV's split-K depends on it)."""
     _check_plan_dtype(dtype)
     cls, bucket = shape_class(n_rows), tiled.m_bucket(n_rows)
     if cls == "gemv":
-        gemv = plan_rmsnorm_gemv(n_rows, n_cols, n_features, dtype)
+        gemv = plan_rmsnorm_gemv(n_rows, n_cols, n_features, dtype, sm_count)
         return RmsNormLinearPlan(cls, bucket, rms_mode(gemv, dtype), False, 1, gemv.as_dict())
     interpret = interpreter_enabled() if interpret is None else interpret
     if interpret:
@@ -147,7 +149,7 @@ def resolve_plan(n_rows: int, n_cols: int, n_features: int, dtype: torch.dtype, 
     plan; for a tiled class on CUDA, the plan after one launch on random operands, so that autotuning
     (cached per key) has chosen: never on zeros, which run faster than real data and would bias the
     choice; anywhere else, the pure plan (config None)."""
-    plan = plan_rmsnorm_linear(n_rows, n_cols, n_features, dtype)
+    plan = plan_rmsnorm_linear(n_rows, n_cols, n_features, dtype, sm_count=device_sm_count(torch.device(device)))
     if not plan.autotuned or torch.device(device).type != "cuda":
         return plan
     x = torch.randn(n_rows, n_features, device=device).to(dtype)
@@ -178,7 +180,8 @@ class _Call:
         self.in_loop = True
         if self.n_rows == 0 or self.n_cols == 0:
             return
-        plan = plan_rmsnorm_linear(self.n_rows, self.n_cols, self.n_features, x.dtype)
+        plan = plan_rmsnorm_linear(self.n_rows, self.n_cols, self.n_features, x.dtype,
+                                   sm_count=device_sm_count(x.device))
         self.in_loop = plan.rms == "in-loop"
         if self.shape_class == "gemv":
             self.gemv = GemvPlan(**plan.config)

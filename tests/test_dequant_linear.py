@@ -138,17 +138,32 @@ def test_int8_every_plan(dtype, form, bm, bn, bk, split, device, gen):
         assert counters_at_rest(x.device)
 
 
-@pytest.mark.parametrize("form,bm,bn,bk,split", PLANS, ids=lambda v: str(v))
+# int4 plans (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K) with groups of 64 and K = 320 (five groups): one group a
+# step, two groups a step (the last step holds one: masked), four groups a step with split 2 (the second
+# split holds one step), split 3 over five steps, and a 64-row tile.
+INT4_PLANS = [(16, 16, 64, 1), (16, 16, 128, 1), (16, 32, 256, 2), (16, 16, 64, 3), (64, 32, 128, 1)]
+
+
+@pytest.mark.parametrize("bm,bn,bk,split", INT4_PLANS, ids=lambda v: str(v))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_int4_every_plan(dtype, form, bm, bn, bk, split, device, gen):
-    plan = GemvPlan(form, bm, bn, 64, split, 4, 2)
-    w_packed, scales = quantize_int4(_w(37, 256, dtype, device, gen), 64)
-    for m in sorted({1, (bm + 1) // 2, bm}):
-        x = _x(m, 256, dtype, device, gen)
+def test_int4_every_plan(dtype, bm, bn, bk, split, device, gen):
+    plan = GemvPlan("dot", bm, bn, bk, split, 4, 2)
+    w_packed, scales = quantize_int4(_w(37, 320, dtype, device, gen), 64)
+    for m in sorted({1, 3, bm}):
+        x = _x(m, 320, dtype, device, gen)
         y = torch.full((m, 37), float("nan"), dtype=dtype, device=device)
         dl.int4_linear_fwd(x, w_packed, scales, 64, plan, y)
         _check(y, x, w_packed, scales, 64)
         assert counters_at_rest(x.device)
+
+
+def test_int4_refuses_plans_it_cannot_run(device, gen):
+    w_packed, scales = quantize_int4(_w(8, 128, torch.bfloat16, device, gen), 64)
+    x = _x(1, 128, torch.bfloat16, device, gen)
+    y = torch.empty(1, 8, dtype=torch.bfloat16, device=device)
+    for plan in (GemvPlan("fma", 1, 8, 64, 1, 4, 2), GemvPlan("dot", 16, 16, 96, 1, 4, 2)):
+        with pytest.raises(ValueError, match="int4_linear: plans run on the tensor cores with whole groups"):
+            dl.int4_linear_fwd(x, w_packed, scales, 64, plan, y)
 
 
 @pytest.mark.parametrize("group_size", GROUP_SIZES)
@@ -262,18 +277,64 @@ def test_plan_thresholds(bits):
     assert dl.plan_dequant_linear(bits, dl.DOT_MAX_M, 4096, 4096).block_m == dl.DOT_MAX_M
     with pytest.raises(ValueError, match=f"1 <= M <= {dl.DOT_MAX_M} rows, got {dl.DOT_MAX_M + 1}"):
         dl.plan_dequant_linear(bits, dl.DOT_MAX_M + 1, 4096, 4096)
-    if bits == 4:
-        assert dl.plan_dequant_linear(4, 1, 4096, 4096, 64).block_k == 64  # one K-step is one group
     with pytest.raises(ValueError, match="bits must be 4 or 8"):
         dl.plan_dequant_linear(3, 1, 64, 64)
 
 
 @pytest.mark.parametrize("bits", [8, 4])
+def test_tile_buckets_on_each_side_of_every_threshold(bits):
+    """Each (form, M bucket) row of TILES runs at its bucket's M; one row past it runs the next row."""
+    keys = sorted((0 if f == "fma" else 1, mb) for (b, f, mb) in dl.TILES if b == bits)
+    big_n, big_k = 4096, 4096  # no tile shrinks to the problem, and the weight is not yet wide
+    assert not dl.is_wide(big_n, big_k) and dl.is_wide(big_n + 1, big_k)
+    for i, (f, bucket) in enumerate(keys):
+        form = ("fma", "dot")[f]
+        at = dl.plan_dequant_linear(bits, bucket, big_n, big_k)
+        assert (at.form, at.block_n, at.block_k, at.num_warps, at.load_stages) == (form, *dl.TILES[(bits, form, bucket)])
+        if bucket < dl.DOT_MAX_M:
+            nf, nb = keys[i + 1]
+            past = dl.plan_dequant_linear(bits, bucket + 1, big_n, big_k)
+            want = dl.TILES[(bits, ("fma", "dot")[nf], nb)]
+            assert (past.form, past.block_n, past.block_k, past.num_warps, past.load_stages) == (("fma", "dot")[nf], *want)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_wide_weights_take_their_own_rows(bits):
+    n, k = 4097, 4096  # one row past the narrow limit
+    assert dl.fma_max_m(bits, n, k) == dl.FMA_MAX_M_WIDE[bits] and dl.fma_max_m(bits, n - 1, k) == dl.FMA_MAX_M[bits]
+    edge = dl.FMA_MAX_M_WIDE[bits]
+    if edge >= 1:
+        assert dl.plan_dequant_linear(bits, edge, n, k).form == "fma"
+    assert dl.plan_dequant_linear(bits, edge + 1, n, k).form == "dot"
+    for (b, form, bucket), tile in dl.WIDE_TILES.items():
+        if b == bits:
+            plan = dl.plan_dequant_linear(bits, bucket, n, k)
+            assert (plan.form, plan.block_n, plan.block_k, plan.num_warps, plan.load_stages) == (form, *tile)
+            narrow = dl.plan_dequant_linear(bits, bucket, n - 1, k)
+            assert (narrow.block_n, narrow.block_k, narrow.num_warps, narrow.load_stages) == dl.TILES[(b, form, bucket)]
+
+
+def test_int4_steps_hold_whole_groups():
+    for group in GROUP_SIZES:
+        for m in (1, 16):
+            plan = dl.plan_dequant_linear(4, m, 4096, 4096, group)
+            assert plan.block_k % group == 0 and plan.block_k >= group
+    assert dl.plan_dequant_linear(4, 1, 64, 128, 128).block_k == 128  # no wider than K
+
+
+def test_split_k_depends_on_the_sm_count():
+    few = dl.plan_dequant_linear(8, 16, 4096, 4096, sm_count=16)
+    many = dl.plan_dequant_linear(8, 16, 4096, 4096, sm_count=132)
+    assert few.split_k == 1 and many.split_k > 1
+    assert many.grid(4096)[0] >= dl.PROGRAMS_PER_SM * 132
+
+
+@pytest.mark.parametrize("bits", [8, 4])
 def test_plans_at_the_experiment_shapes_fill_the_gpu(bits):
-    for m in (1, 16, 64):
-        for n, k in ((4096, 4096), (14336, 4096)):
+    for m in (1, 2, 4, 8, 16, 64):
+        for n, k in ((4096, 4096), (12288, 4096), (14336, 4096), (11007, 4096)):
             plan = dl.plan_dequant_linear(bits, m, n, k)
-            assert plan.grid(n)[0] >= 132 and n % plan.block_n == 0 and k % plan.block_k == 0, (m, n, k, plan)
+            assert plan.grid(n)[0] >= 132 and k % plan.block_k == 0, (m, n, k, plan)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -286,9 +347,10 @@ def test_experiment_declaration_and_models():
     from experiments.spec import Case
 
     exp = get_experiment("dequant-linear-decode")
-    assert len(exp.cases) == 12 and exp.dtypes == (torch.bfloat16,)
+    nk = ((4096, 4096), (12288, 4096), (14336, 4096), (11007, 4096))
+    assert len(exp.cases) == 48 and exp.dtypes == (torch.bfloat16,)
     assert {(c["BITS"], c["M"], c["N"], c["K"]) for c in exp.cases} == {
-        (b, m, n, k) for b in (8, 4) for m in (1, 16, 64) for n, k in ((4096, 4096), (14336, 4096))}
+        (b, m, n, k) for b in (8, 4) for m in (1, 2, 4, 8, 16, 64) for n, k in nk}
     assert exp.claim.subject == "triton-dequant" and exp.claim.threshold == 1.0
     assert set(exp.claim.baselines) == {p.name for p in exp.profiles} - {"triton-dequant"}
     case8 = Case("t", {"BITS": 8, "M": 1, "N": 4096, "K": 4096})
@@ -298,6 +360,10 @@ def test_experiment_declaration_and_models():
     assert exp.profile("torch-int8pack-mm").unsupported(case4, torch.bfloat16)
     assert exp.profile("torch-int4pack-mm").unsupported(case8, torch.bfloat16)
     assert exp.profile("torch-int8pack-mm").unsupported(case8, torch.bfloat16) is None
+    odd4 = Case("t", {"BITS": 4, "M": 1, "N": 11007, "K": 4096})
+    if torch.cuda.is_available():
+        assert "multiples of 8" in exp.profile("torch-int4pack-mm").unsupported(odd4, torch.bfloat16)
+    assert exp.profile("gemlite").requires == "gemlite"
 
 
 @pytest.mark.parametrize("bits", [8, 4])
@@ -314,7 +380,8 @@ def test_experiment_profiles_pass_their_accuracy_check(bits, profile, device):
     assert rel_err(out, exp.reference(**inputs)) <= exp.tolerance[torch.bfloat16]
     plan = exp.profile(profile).plan
     if plan is not None:
-        assert plan(case, torch.bfloat16)["form"] == "dot"  # M = 3
+        above = Case("above", {"BITS": bits, "M": dl.FMA_MAX_M[bits] + 1, "N": 24, "K": 256})
+        assert plan(above, torch.bfloat16)["form"] == "dot"
         one = Case("one", {"BITS": bits, "M": 1, "N": 24, "K": 256})
         assert plan(one, torch.bfloat16)["form"] == ("fma" if dl.FMA_MAX_M[bits] >= 1 else "dot")
 

@@ -103,7 +103,7 @@ def test_output_rows_may_be_strided_and_nothing_outside_is_written(device, gen):
     _check(out, x, weight, gamma)
 
 
-@pytest.mark.parametrize("m", [1, 2, 16])
+@pytest.mark.parametrize("m", [1, 3, 5, 16])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_public_function_at_decode_shapes(dtype, m, device, gen):
     for k, n in ((64, 48), (1, 5), (300, 70)):
@@ -127,6 +127,23 @@ def test_form_threshold():
             rg.plan_rmsnorm_gemv(bad, 4096, 4096, torch.bfloat16)
 
 
+def test_wide_weights_keep_the_cuda_cores_for_fewer_rows():
+    k = 4096
+    at = rg.FMA_WIDE_MAX_ELEMENTS // k  # N*K exactly at the threshold: still narrow
+    assert rg.fma_max_m(at, k) == rg.FMA_MAX_M and rg.fma_max_m(at + 1, k) == rg.FMA_MAX_M_WIDE
+    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M, at, k, torch.bfloat16).form == "fma"
+    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M, at + 1, k, torch.bfloat16).form == "dot"
+    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M_WIDE, at + 1, k, torch.bfloat16).form == "fma"
+    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M_WIDE + 1, at + 1, k, torch.bfloat16).form == "dot"
+
+
+def test_split_k_depends_on_the_sm_count():
+    few = rg.plan_rmsnorm_gemv(16, 4096, 4096, torch.bfloat16, sm_count=8)
+    many = rg.plan_rmsnorm_gemv(16, 4096, 4096, torch.bfloat16, sm_count=132)
+    assert few.split_k == 1  # 32 tiles of 128 rows fill 2 programs an SM of 8 SMs already
+    assert many.split_k == rg.MAX_SPLIT_K  # 32 tiles would need 9 splits to reach 2 x 132 programs: capped
+
+
 def test_fma_block_m_holds_every_row():
     for m in range(1, rg.FMA_MAX_M + 1):
         plan = rg.plan_rmsnorm_gemv(m, 4096, 4096, torch.bfloat16)
@@ -134,7 +151,7 @@ def test_fma_block_m_holds_every_row():
 
 
 def test_rms_mode_by_form_and_dtype():
-    fma, dot = (rg.plan_rmsnorm_gemv(m, 64, 64, torch.float16) for m in (1, 2))
+    fma, dot = (rg.plan_rmsnorm_gemv(m, 64, 64, torch.float16) for m in (1, rg.FMA_MAX_M + 1))
     assert rg.rms_mode(fma, torch.float16) == rg.rms_mode(fma, torch.bfloat16) == "in-loop"
     assert rg.rms_mode(dot, torch.bfloat16) == "in-loop" and rg.rms_mode(dot, torch.float16) == "pre-pass"
 
@@ -156,17 +173,17 @@ def test_split_k_rule(tiles, steps, want):
 
 
 def test_plans_at_the_experiment_shapes():
-    for m in (1, 4, 16):
-        for n, k in ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192)):
+    for m in (1, 2, 4, 8, 16):
+        for n, k in ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192), (11007, 4096)):
             plan = rg.plan_rmsnorm_gemv(m, n, k, torch.bfloat16)
             assert plan.grid(n)[0] >= 132, (m, n, k, plan)  # every SM of an H100 streams
-            assert n % plan.block_n == 0 and k % plan.block_k == 0  # no masked tiles at these shapes
+            assert k % plan.block_k == 0  # no masked K-tiles at these shapes (N = 11007 wraps its last tile)
 
 
 def test_tiles_shrink_to_small_problems():
     plan = rg.plan_rmsnorm_gemv(1, 5, 1, torch.bfloat16)
     assert plan.block_n <= 8 and plan.block_k == 16
-    dot = rg.plan_rmsnorm_gemv(3, 20, 40, torch.bfloat16)
+    dot = rg.plan_rmsnorm_gemv(rg.FMA_MAX_M + 1, 20, 40, torch.bfloat16)
     assert dot.block_n == 32 and dot.block_k == 64  # never below tl.dot's 16
 
 
@@ -234,8 +251,9 @@ def test_gradients_through_the_gemv(device, gen):
 
 
 def test_forced_in_loop_rms_reaches_the_kernel(device, gen):
-    x, weight, gamma = _operands(3, 32, 16, torch.float16, device, gen)
-    plan = plan_rmsnorm_linear(3, 16, 32, torch.float16)
+    m = rg.FMA_MAX_M + 1  # the tensor-core form: float16 takes the pre-pass
+    x, weight, gamma = _operands(m, 32, 16, torch.float16, device, gen)
+    plan = plan_rmsnorm_linear(m, 16, 32, torch.float16)
     assert plan.rms == "pre-pass"
     y = rl_module.rmsnorm_linear_fwd(x, weight, gamma, EPS, replace(plan, rms="in-loop"))[0]
     _check(y, x, weight, gamma)  # in range: both modes agree

@@ -175,7 +175,7 @@ def test_eps_is_honoured(device, gen):
         assert rel_err(y, ref) <= BOUNDS[torch.float16][0]
 
 
-@pytest.mark.parametrize("m", [4, 20], ids=["gemv-dot", "tiled"])
+@pytest.mark.parametrize("m", [5, 20], ids=["gemv-dot", "tiled"])
 def test_float16_large_activations_do_not_overflow(m, device, gen):
     # |x * gamma| = 1e5 > 65504: folding gamma alone into an fp16 tile overflows; the pre-pass folds r too,
     # so the tile holds the normalised |x * r * gamma| = 50, as F.rms_norm's output would.
@@ -423,7 +423,7 @@ def test_m_bucket(m, bucket):
 
 
 def test_rms_mode_by_dtype():
-    for m in (20, 4):  # the tiled kernels and the GEMV on the tensor cores
+    for m in (20, 5):  # the tiled kernels and the GEMV on the tensor cores (M above its CUDA-core rows)
         assert plan_rmsnorm_linear(m, 16, 32, torch.bfloat16).rms == RMS_MODE[torch.bfloat16] == "in-loop"
         assert plan_rmsnorm_linear(m, 16, 32, torch.float16).rms == RMS_MODE[torch.float16] == "pre-pass"
     assert plan_rmsnorm_linear(1, 16, 32, torch.float16).rms == "in-loop"  # the GEMV's CUDA-core math is fp32
@@ -581,9 +581,10 @@ def test_experiment_declarations():
 
     decode, prefill = _experiments()
     assert (decode.claim.threshold, prefill.claim.threshold) == (1.1, 1.0)
+    nk = ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192), (11007, 4096))  # 11007: a ragged last tile
     assert sorted((c["M"], c["N"], c["K"]) for c in decode.cases) == sorted(
-        (m, n, k) for m in (1, 4, 16) for n, k in ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192)))
-    assert len(decode.cases) <= 12 and all(c["M"] <= GEMV_MAX_M for c in decode.cases)  # every point runs the GEMV
+        (m, n, k) for m in (1, 2, 4, 8, 16) for n, k in nk)
+    assert len(decode.cases) == 25 and all(c["M"] <= GEMV_MAX_M for c in decode.cases)  # every point runs the GEMV
     assert sorted((c["M"], c["N"], c["K"]) for c in prefill.cases) == sorted(
         (m, n, 4096) for m in (1024, 4096, 8192) for n in (4096, 12288))
     for exp in (decode, prefill):

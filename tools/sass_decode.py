@@ -108,11 +108,11 @@ def int4(plan: GemvPlan, group: int = 128) -> None:
     sig = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
            "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_pn": "i32",
            "stride_sn": "i32", "stride_ym": "i32"}
-    const = dict(GROUP=group, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, SPLIT_K=plan.split_k,
-                 USE_DOT=plan.form == "dot", LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False)
+    const = dict(GROUP=group, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k,
+                 SPLIT_K=plan.split_k, EVEN_K=True, LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False)
     k = compile_kernel(dl._int4_linear_kernel, sig, const, plan.num_warps)
-    report(f"int4 {plan.form} m{plan.block_m} n{plan.block_n} g{group} w{plan.num_warps}", k,
-           plan.block_n * group / (32 * plan.num_warps))
+    report(f"int4 {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} g{group} w{plan.num_warps}", k,
+           plan.block_n * plan.block_k / (32 * plan.num_warps))
 
 
 def main() -> int:
@@ -125,7 +125,7 @@ def main() -> int:
     for m in (1, 16):
         int8(dl.plan_dequant_linear(8, m, 4096, 4096))
     int8(dl.plan_dequant_linear(8, 1, 4096, 4096), fast=False)
-    for plan in (GemvPlan("fma", 1, 32, 128, 1, 4, 4), GemvPlan("fma", 1, 128, 128, 1, 4, 4),
+    for plan in (GemvPlan("dot", 16, 64, 128, 1, 4, 4), GemvPlan("dot", 16, 64, 512, 1, 4, 3),
                  dl.plan_dequant_linear(4, 1, 4096, 4096), GemvPlan("dot", 16, 128, 128, 1, 8, 3),
                  dl.plan_dequant_linear(4, 64, 4096, 4096)):
         int4(plan)

@@ -1,7 +1,7 @@
 """GPU check of QuACK as a peer: the declared `quack` profiles run through the lab's own runner, at a few
 cases of each experiment that declares them, and the records say what ran.
 
-    python tools/gpu_check_quack.py OUT_DIR
+    python checks/quack_peer.py OUT_DIR
 
 For softmax-long-rows and softmax-bwd-long-rows (rows of 4,096, 131,072 and 262,144, where Liger refuses the
 longer two), softmax-any-n (one row length QuACK takes, one it refuses) and add-rmsnorm-fwd / -bwd (two

@@ -55,7 +55,7 @@ def _evidence(clock: str) -> Evidence:
 def test_every_lone_verdict_is_on_the_claims_clock_and_names_it(clock, state, other, ratio):
     evidence = _evidence(clock)
     assert evidence.verdicts["call-cost"][syn.GPU_A[0]].state == SUPPORTED, "on GPU time the subject wins"
-    name = "Eager call" if clock == EAGER_CALL else "GPU time"
+    name = "Eager call, margin ±10.0%" if clock == EAGER_CALL else "GPU time, margin ±2.0%"
     (row,) = index_rows(evidence, "/experiments/")
     assert f"kl-badge--{state.lower()}" in row["standing"] and f"kl-badge--{other.lower()}" not in row["standing"]
     assert f'<span class="kl-clock">{name}</span>' in row["standing"] and ratio in row["standing"]
@@ -88,7 +88,8 @@ def test_softmax_call_overhead_stands_on_its_eager_verdict():
     gpu = evidence.verdicts["softmax-call-overhead"][key]
     assert evidence.claim_verdicts("softmax-call-overhead")[key] is eager
     (row,) = index_rows(evidence, "")
-    assert '<span class="kl-clock">Eager call</span>' in row["standing"]
+    margin = experiments["softmax-call-overhead"].claim.margin_on(EAGER_CALL).fraction
+    assert f'<span class="kl-clock">Eager call, margin ±{margin:.1%}</span>' in row["standing"]
     assert f"kl-badge--{eager.state.lower()}" in row["standing"]
     low_eager = min(j.speedup.ratio for j in eager.points if j.speedup)
     low_gpu = min(j.speedup.ratio for j in gpu.points if j.speedup)

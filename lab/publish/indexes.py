@@ -54,13 +54,19 @@ def range_where(found: dict) -> str:
     return f"lowest at {point_label(found['low'])}, highest at {point_label(found['high'])}"
 
 
+def clock_label(experiment) -> str:
+    """The claim's clock and its margin: "Eager call, margin ±6.0%"."""
+    clock = experiment.claim.clock
+    return f"{CLOCK_NAMES[clock]}, margin ±{experiment.claim.margin_on(clock).fraction:.1%}"
+
+
 def standing(experiment, verdict: Verdict | None, gpu_label: str = "", with_range: bool = True) -> Md:
     """The verdict that stands for a claim on one GPU: its badge on the claim's clock, the clock named, and the
     speedup over the best peer as lowest – median – highest, with the points of the lowest and highest in a
     short line under it. Record strings pass through badges.esc."""
     clock = experiment.claim.clock
     gpu = f"<strong>{badges.esc(gpu_label)}</strong> · " if gpu_label else ""
-    head = Md(f'{gpu}{badges.verdict_badge(verdict)} <span class="kl-clock">{badges.esc(CLOCK_NAMES[clock])}</span>')
+    head = Md(f'{gpu}{badges.verdict_badge(verdict)} <span class="kl-clock">{badges.esc(clock_label(experiment))}</span>')
     found = speedup_range(verdict.points) if verdict is not None and with_range else None
     if found is None:
         return head
@@ -121,13 +127,13 @@ def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
                 "gpu": evidence.gpu_labels[key],
                 "dtype": dtype,
                 "verdict": badges.verdict_badge(verdict),
-                "clock": CLOCK_NAMES[clock],
+                "clock": clock_label(experiment),
                 "points": len(judged),
                 "counts": word_counts(judged) or fmt.DASH,
                 "against": sum(j.effect == AGAINST for j in judged),
                 "range": range_text(found) if found else fmt.DASH,
                 "where": range_where(found) if found else "",
-                "other_clock": CLOCK_NAMES[other],
+                "other_clock": f"{CLOCK_NAMES[other]}, margin ±{experiment.claim.margin_on(other).fraction:.1%}",
                 "other": badges.verdict_badge(beside) if beside is not None and beside.points else "",
                 "run_link": href(f"/records/{slug}/{verdict.run.run_id}.json"),
                 "run_id": fmt.short_run_id(verdict.run.run_id),

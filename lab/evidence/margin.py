@@ -16,7 +16,10 @@ model with
 * the same software (torch, Triton, CUDA, the driver and every recorded package version),
 * the same timing method, and on the eager-call clock the same eager method too.
 
-Each such pair gives |ln(speedup in one run / speedup in the other)| on that clock. A (experiment, clock)
+Where the subject's own code changed between the two runs (a kernel under development, the usual case in the
+records), every other profile whose code did not change stands in for it: the ratio of its median to the best
+baseline's is a speedup of unchanged code, and moves as the claim's would have. Each such pair gives
+|ln(speedup in one run / speedup in the other)| on that clock. A (experiment, clock)
 margin is the PERCENTILE-th percentile of its own pairs, pooled over its GPUs, when it has at least
 MIN_COMPARISONS of them; otherwise the same percentile of the pairs of every experiment of its kind (KINDS:
 softmax, fusion, linear, attention, block) on that clock when they are enough; otherwise of every experiment's

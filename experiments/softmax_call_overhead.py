@@ -9,7 +9,7 @@ import torch
 
 from experiments import _softmax as sm
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Case, Claim, Experiment, Profile
+from experiments.spec import EAGER_CALL, PARITY, Case, Claim, Experiment, Profile
 from kernels import reference
 from kernels.softmax import softmax
 
@@ -75,6 +75,7 @@ EXPERIMENT = Experiment(
         short="call-overhead claim",
         kind=PARITY,
         margin=measured_margin("softmax-call-overhead"),
+        clock=EAGER_CALL,
     ),
     cases=CASES,
     dtypes=(torch.float32, torch.bfloat16),

@@ -86,23 +86,40 @@ class PointColumn:
             raise ValueError(f"PointColumn.unit {self.unit!r}: expected one of {', '.join(POINT_COLUMN_UNITS)}")
 
 
+# A margin is a measured spread of log ratios: the tie band runs from 1/(1 + m) to 1 + m. The eager-call clock of
+# microsecond calls can move by a factor of two between runs; a margin past this many times 1 is a typo.
+MAX_MARGIN = 4.0
+
+
 @dataclass(frozen=True)
 class Margin:
     """How close to 1 a speedup must lie to count as a tie: ± `fraction` (0.015 is ±1.5%).
 
-    Measured, not chosen: the run-to-run spread of one kernel timed twice (tools/derive_margin.py writes
-    it, with `basis` saying what it was derived from, to experiments/margins.json).
+    Measured, not chosen: the run-to-run spread of the claim's speedup when unchanged code is timed twice
+    (tools/derive_margin.py writes it, with `basis` saying what it was derived from, to experiments/margins.json).
+    `fraction` and `basis` are the GPU-time clock's; `eager` is the eager-call clock's own margin, measured from
+    that clock's spread (None: the eager-call clock is judged with this one).
     """
 
     fraction: float
     basis: str
+    eager: "Margin | None" = None
 
     def __post_init__(self):
-        if not 0 <= self.fraction < 0.5:
-            raise ValueError(f"Margin.fraction {self.fraction!r}: expected a fraction in [0, 0.5), e.g. 0.015 for ±1.5%")
+        if not 0 <= self.fraction < MAX_MARGIN:
+            raise ValueError(f"Margin.fraction {self.fraction!r}: expected a fraction in [0, {MAX_MARGIN:g}), e.g. 0.015 "
+                             "for ±1.5%")
+        if self.eager is not None and self.eager.eager is not None:
+            raise ValueError("Margin.eager is one clock's margin: it holds no margin of its own")
 
 
 NO_MARGIN = Margin(0.0, "no margin declared: only an interval of exactly 1 counts as a tie")
+
+# The two clocks a claim can be judged on (lab.measure.timing and lab.measure.eager). A claim names the one its
+# statement speaks of; pages show the verdict on that clock first, the other beside it, labelled.
+GPU_TIME = "gpu-time"  # what the GPU spends per call, host work hidden: how good the kernel is
+EAGER_CALL = "eager-call"  # what a Python program calling the op back to back pays per call, host included
+CLOCKS = (GPU_TIME, EAGER_CALL)
 
 PARITY = "parity"  # "<subject> is at least as fast as <baselines>": a tie within the margin meets it
 WIN = "win"  # "<subject> is faster than <baselines>" (by `threshold` or more): a tie does not
@@ -115,7 +132,10 @@ class Claim:
 
     kind: PARITY ("at least as fast": every point Faster or Level supports it) or WIN ("faster", by at
         least `threshold`: every point must be Faster with its interval's lower bound >= threshold).
-    margin: the measured margin within which a speedup counts as Level (a tie).
+    clock: the clock the statement speaks of, GPU_TIME or EAGER_CALL: the verdict that stands for the claim
+        wherever one verdict is shown (home page, indexes, decisions, snippets) is the verdict on this clock.
+    margin: the measured margin within which a speedup counts as Level (a tie), with the eager-call clock's
+        own in `margin.eager` (margin_on gives a clock's).
     """
 
     subject: str
@@ -125,8 +145,11 @@ class Claim:
     short: str = ""  # e.g. "softmax win claim", as in "Rejected: softmax win claim"
     kind: str = WIN
     margin: Margin = NO_MARGIN
+    clock: str = GPU_TIME
 
     def __post_init__(self):
+        if self.clock not in CLOCKS:
+            raise ValueError(f"Claim.clock {self.clock!r}: expected one of {', '.join(CLOCKS)}")
         if self.kind not in CLAIM_KINDS:
             raise ValueError(f"Claim.kind {self.kind!r}: expected one of {', '.join(CLAIM_KINDS)}")
         if self.threshold < 1:
@@ -134,6 +157,14 @@ class Claim:
         if self.kind == PARITY and self.threshold != 1:
             raise ValueError(f"a parity claim compares with 1, got threshold {self.threshold!r}; "
                              "declare kind=WIN for 'at least t x faster'")
+
+    def margin_on(self, clock: str) -> Margin:
+        """The margin a speedup on `clock` is judged with."""
+        if clock not in CLOCKS:
+            raise ValueError(f"clock {clock!r}: expected one of {', '.join(CLOCKS)}")
+        if clock == EAGER_CALL and self.margin.eager is not None:
+            return self.margin.eager
+        return self.margin
 
 
 @dataclass(frozen=True)

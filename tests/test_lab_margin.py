@@ -1,5 +1,5 @@
-"""The measured margin: which pairs of results count as one kernel timed twice, how the value is taken, and
-that every declared experiment carries one with its basis."""
+"""The measured margins: which pairs of points count as one speedup measured twice on each clock, how each clock's
+value is taken and pooled, and that every declared experiment carries one per clock with its basis."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ from experiments.spec import NO_MARGIN  # noqa: E402
 from lab import REPO_ROOT  # noqa: E402
 from lab.evidence import margin  # noqa: E402
 from lab.evidence.hashing import profile_source_files  # noqa: E402
-from lab.evidence.records import ProfileResult  # noqa: E402
+from lab.evidence.records import EagerMethod, EagerResult, ProfileResult  # noqa: E402
 
-EXPERIMENT = syn.experiment(sources=("kernels/k.py",))
+EXPERIMENT = syn.experiment(sources=("kernels/k.py",), others=("other",))
 PEER_FILES = profile_source_files(EXPERIMENT, "base", REPO_ROOT)
+GPU = margin.GPU_TIME
+EAGER = margin.EAGER_CALL
 
 
 def _hashes(subject="a", peer="p"):
@@ -32,9 +34,29 @@ def _hashes(subject="a", peer="p"):
     return hashes
 
 
-def _run(subject_ms, base_ms, *, started, subject_hash="a", peer_hash="p", gpu=syn.GPU_A, env=None, timing=None):
-    run = syn.run([syn.point({"subject": syn.timed([subject_ms] * 5), "base": syn.timed([base_ms] * 5)})],
-                  gpu=gpu, hashes=_hashes(subject_hash, peer_hash), started=started)
+def _eager(ms):
+    return EagerResult(samples_ms=(ms,) * 5, host_samples_ms=(ms / 2,) * 5, calls_per_sample=10, p20_ms=ms,
+                       p50_ms=ms, p80_ms=ms, host_p50_ms=ms / 2)
+
+
+def _result(ms, eager_ms=None):
+    return syn.timed([ms] * 5, eager=_eager(eager_ms) if eager_ms is not None else None)
+
+
+EAGER_METHOD = EagerMethod("perf_counter", 1 << 28, 2, 5, 0.005, 10, 1000, 16)
+
+
+def _run(subject_ms, base_ms, *, started, subject_hash="a", peer_hash="p", gpu=syn.GPU_A, env=None, timing=None,
+         other_ms=None, eager=None, slug="exp", case="c"):
+    """A run of one point; `eager` = (subject, base, other) eager ms gives it the eager-call clock too."""
+    eager = eager or (None, None, None)
+    results = {"subject": _result(subject_ms, eager[0]), "base": _result(base_ms, eager[1])}
+    if other_ms is not None:
+        results["other"] = _result(other_ms, eager[2])
+    run = syn.run([syn.point(results, case=case)], gpu=gpu, hashes=_hashes(subject_hash, peer_hash), started=started,
+                  slug=slug)
+    if eager[0] is not None:
+        run = replace(run, eager=EAGER_METHOD)
     if env:
         run = replace(run, environment={**run.environment, **env})
     if timing:
@@ -42,20 +64,27 @@ def _run(subject_ms, base_ms, *, started, subject_hash="a", peer_hash="p", gpu=s
     return run
 
 
-def test_a_profile_whose_code_is_unchanged_is_compared_across_runs():
-    # The subject's kernel changed between the runs (its own hash differs), the baseline's did not: only the
-    # baseline was timed twice.
-    a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z", subject_hash="a")
-    b = _run(0.5, 2.02, started="2026-01-02T00:00:00Z", subject_hash="b")
-    (c,) = margin.same_kernel_comparisons(EXPERIMENT, [a, b], REPO_ROOT)
-    assert (c.profile, c.case, c.gpu_key) == ("base", "c", "nvidia-test-gpu-a")
+def test_the_claims_speedup_is_compared_across_runs_of_unchanged_code():
+    a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z")
+    b = _run(1.0, 2.02, started="2026-01-02T00:00:00Z")
+    (c,) = margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT)
+    assert (c.numerator, c.baselines, c.case, c.gpu_key) == ("subject", ("base", "base"), "c", "nvidia-test-gpu-a")
     assert c.log_ratio == pytest.approx(abs(math.log(2.0 / 2.02)))
 
 
-def test_both_profiles_count_when_nothing_changed():
+def test_a_ratio_of_two_kernels_that_drift_together_does_not_move():
+    # Both medians moved 10% between the runs (a slower clock that day): the speedup did not.
     a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z")
-    b = _run(1.01, 2.0, started="2026-01-02T00:00:00Z")
-    assert sorted(c.profile for c in margin.same_kernel_comparisons(EXPERIMENT, [a, b], REPO_ROOT)) == ["base", "subject"]
+    b = _run(1.1, 2.2, started="2026-01-02T00:00:00Z")
+    (c,) = margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT)
+    assert c.log_ratio == pytest.approx(0.0, abs=1e-12)
+
+
+def test_an_unchanged_profile_stands_in_for_a_subject_whose_code_changed():
+    a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z", subject_hash="a", other_ms=4.0)
+    b = _run(0.5, 2.0, started="2026-01-02T00:00:00Z", subject_hash="b", other_ms=4.4)
+    (c,) = margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT)
+    assert c.numerator == "other" and c.log_ratio == pytest.approx(math.log(1.1))
 
 
 @pytest.mark.parametrize("change", [
@@ -63,30 +92,42 @@ def test_both_profiles_count_when_nothing_changed():
     {"env": {"torch": "2.99.0"}},
     {"env": {"packages": {"liger-kernel": "9.9"}}},
     {"timing": {"l2_flush_bytes": 1}},
-    {"peer_hash": "q", "subject_hash": "b"},
+    {"peer_hash": "q"},
 ])
-def test_runs_that_differ_in_gpu_software_timing_or_code_are_not_compared(change):
-    a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z")
-    b = _run(1.0, 2.0, started="2026-01-02T00:00:00Z", **change)
-    assert margin.same_kernel_comparisons(EXPERIMENT, [a, b], REPO_ROOT) == []
+def test_runs_that_differ_in_gpu_software_timing_or_baseline_code_are_not_compared(change):
+    a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z", other_ms=3.0)
+    b = _run(1.0, 2.0, started="2026-01-02T00:00:00Z", other_ms=3.0, **change)
+    assert margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT) == []
 
 
 def test_results_that_were_not_timed_correctly_are_left_out():
     a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z")
     b = syn.run([syn.point({"subject": syn.timed([1.0] * 5), "base": ProfileResult("incorrect", reason="wrong")})],
                 hashes=_hashes(), started="2026-01-02T00:00:00Z")
-    assert [c.profile for c in margin.same_kernel_comparisons(EXPERIMENT, [a, b], REPO_ROOT)] == ["subject"]
+    assert margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT) == []
 
 
 def test_cpu_interpreter_runs_are_never_compared():
     a = syn.run([syn.point({"subject": syn.timed([1.0] * 5), "base": syn.timed([2.0] * 5)})], hashes=_hashes(),
                 cpu=True, started="2026-01-01T00:00:00Z")
     b = replace(a, run_id="other", started_utc="2026-01-02T00:00:00Z")
-    assert margin.same_kernel_comparisons(EXPERIMENT, [a, b], REPO_ROOT) == []
+    assert margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT) == []
+
+
+def test_the_eager_clock_compares_eager_medians_and_only_runs_that_measured_it():
+    a = _run(1.0, 2.0, started="2026-01-01T00:00:00Z", eager=(10.0, 12.0, None))
+    b = _run(1.0, 2.0, started="2026-01-02T00:00:00Z", eager=(10.0, 18.0, None))
+    (c,) = margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT, EAGER)
+    assert c.clock == EAGER and c.log_ratio == pytest.approx(math.log(1.5))
+    (g,) = margin.same_code_comparisons(EXPERIMENT, [a, b], REPO_ROOT, GPU)
+    assert g.log_ratio == 0
+    gpu_only = _run(1.0, 2.0, started="2026-01-03T00:00:00Z")
+    assert margin.same_code_comparisons(EXPERIMENT, [a, gpu_only], REPO_ROOT, EAGER) == []
 
 
 def _comparisons(values):
-    return [margin.Comparison("exp", "g", "p", f"c{i}", "float32", ("r1", "r2"), v) for i, v in enumerate(values)]
+    return [margin.Comparison("exp", GPU, "g", f"c{i}", "float32", ("r1", "r2"), "subject", ("b", "b"), v)
+            for i, v in enumerate(values)]
 
 
 def test_the_margin_is_the_95th_percentile_rounded_up_to_a_tenth_of_a_percent():
@@ -96,17 +137,68 @@ def test_the_margin_is_the_95th_percentile_rounded_up_to_a_tenth_of_a_percent():
     assert margin.margin_fraction(_comparisons([0.0] * 10)) == 0.0
 
 
-def test_an_experiment_with_too_few_comparisons_takes_the_pooled_value():
-    many = [_run(1.0, 2.0 + i / 1000, started=f"2026-01-{i + 1:02d}T00:00:00Z") for i in range(25)]
-    other = syn.experiment(slug="other", sources=("kernels/k.py",))
-    few = [replace(_run(1.0, 2.0, started="2026-01-01T00:00:00Z"), experiment="other", run_id="o1"),
-           replace(_run(1.0, 2.1, started="2026-01-02T00:00:00Z"), experiment="other", run_id="o2")]
-    data = margin.derive_margins({"exp": EXPERIMENT, "other": other}, many + few, REPO_ROOT)
-    assert data["experiments"]["exp"]["source"] == "own" and data["experiments"]["exp"]["comparisons"] >= 200
-    assert data["experiments"]["other"]["source"] == "pooled"
-    assert data["experiments"]["other"]["fraction"] == data["pooled"]["fraction"]
-    assert "fewer than the 200" in data["experiments"]["other"]["basis"]
+def _series(slug, n, gpu_wobble, eager_wobble, start_day=1):
+    """n runs of unchanged code of `slug`, one point each: the speedup wobbles by `gpu_wobble` on GPU time and by
+    `eager_wobble` on the eager-call clock from run to run."""
+    runs = []
+    for i in range(n):
+        sign = 1 if i % 2 else -1
+        runs.append(_run(1.0, 2.0 * (1 + sign * gpu_wobble), eager=(10.0, 20.0 * (1 + sign * eager_wobble), None),
+                         started=f"2026-01-{start_day + i:02d}T00:00:00Z", slug=slug))
+    return runs
+
+
+def test_each_clock_gets_its_own_margin_from_its_own_spread():
+    runs = _series("exp", 16, 0.005, 0.10)  # 120 pairs of runs
+    data = margin.derive_margins({"exp": EXPERIMENT}, runs, REPO_ROOT)
+    gpu, eager = data["experiments"]["exp"][GPU], data["experiments"]["exp"][EAGER]
+    assert gpu["source"] == eager["source"] == "own" and gpu["comparisons"] == eager["comparisons"] == 120
+    assert gpu["fraction"] == pytest.approx(0.011)  # 1.005 / 0.995 - 1 = 1.005%, rounded up
+    assert eager["fraction"] == pytest.approx(0.223)  # 1.10 / 0.90 - 1 = 22.2%, rounded up
+    assert "eager-call clock" in eager["basis"] and "GPU-time clock" in gpu["basis"]
+
+
+def test_an_eager_margin_is_never_below_the_gpu_time_margin():
+    runs = _series("exp", 16, 0.02, 0.0)  # the eager ratio never moves
+    entry = margin.derive_margins({"exp": EXPERIMENT}, runs, REPO_ROOT)["experiments"]["exp"]
+    assert entry[EAGER]["spread"] == 0.0
+    assert entry[EAGER]["fraction"] == entry[GPU]["fraction"] > 0.04
+    assert "GPU-time floor" in entry[EAGER]["source"] and "raised to the GPU-time margin" in entry[EAGER]["basis"]
+
+
+def test_too_few_pairs_pool_over_experiments_of_the_same_kind_only():
+    experiments = {slug: syn.experiment(slug=slug, sources=("kernels/k.py",), others=("other",))
+                   for slug in ("softmax-a", "softmax-b", "swiglu-a", "add-rmsnorm-a")}
+    runs = (_series("softmax-a", 16, 0.005, 0.05) + _series("softmax-b", 3, 0.3, 0.3)
+            + _series("swiglu-a", 11, 0.03, 0.2) + _series("add-rmsnorm-a", 3, 0.0, 0.0))
+    data = margin.derive_margins(experiments, runs, REPO_ROOT)
+    entries = data["experiments"]
+    assert data["kinds"] == {"fusion": ["add-rmsnorm-a", "swiglu-a"], "softmax": ["softmax-a", "softmax-b"]}
+    assert entries["softmax-a"][GPU]["source"] == "own"
+    # softmax-b has 3 pairs of its own: it takes the softmax pool (dominated by softmax-a), not the fusion one.
+    assert entries["softmax-b"][GPU]["source"] == "kind" and entries["softmax-b"][GPU]["kind"] == "softmax"
+    assert entries["softmax-b"][GPU]["fraction"] == data["pooled"][GPU]["softmax"]["fraction"] < 0.02
+    assert "pooled over the softmax experiments" in entries["softmax-b"][GPU]["basis"]
+    assert "fewer than the 100" in entries["softmax-b"][GPU]["basis"]
+    # add-rmsnorm-a never moved; it takes the fusion pool, which swiglu-a's wobble dominates.
+    assert entries["add-rmsnorm-a"][GPU]["fraction"] == data["pooled"][GPU]["fusion"]["fraction"] > 0.05
+    assert entries["add-rmsnorm-a"][EAGER]["fraction"] >= entries["add-rmsnorm-a"][GPU]["fraction"]
     assert "95th percentile" in data["rule"]
+
+
+def test_a_kind_with_too_few_pairs_pools_over_every_experiment():
+    experiments = {slug: syn.experiment(slug=slug, sources=("kernels/k.py",)) for slug in ("softmax-a", "attention-a")}
+    runs = _series("softmax-a", 16, 0.01, 0.05) + _series("attention-a", 2, 0.0, 0.0)
+    entry = margin.derive_margins(experiments, runs, REPO_ROOT)["experiments"]["attention-a"][GPU]
+    assert entry["source"] == "all" and "pooled over every experiment" in entry["basis"]
+
+
+def test_kinds_come_from_the_slug_and_every_declared_experiment_has_one():
+    assert [margin.experiment_kind(s) for s in ("softmax-fwd-sweep", "swiglu-bwd", "add-rmsnorm-fwd",
+                                                "rmsnorm-linear-decode", "dequant-linear-decode", "attention-fwd",
+                                                "decoder-block-graphed", "new-thing")] == \
+        ["softmax", "fusion", "fusion", "linear", "linear", "attention", "block", margin.OTHER_KIND]
+    assert all(margin.experiment_kind(slug) != margin.OTHER_KIND for slug in all_experiments())
 
 
 def test_no_comparison_at_all_is_an_error_naming_the_way_out():
@@ -114,26 +206,34 @@ def test_no_comparison_at_all_is_an_error_naming_the_way_out():
         margin.derive_margins({"exp": EXPERIMENT}, [_run(1.0, 2.0, started="2026-01-01T00:00:00Z")], REPO_ROOT)
 
 
-def test_a_declaration_reads_its_margin_or_the_pooled_one(tmp_path, monkeypatch):
-    data = {"rule": "r", "pooled": {"fraction": 0.02, "basis": "pooled basis"},
-            "experiments": {"x": {"fraction": 0.011, "basis": "own basis"}}}
+def test_a_declaration_reads_its_margins_or_the_pooled_ones(tmp_path, monkeypatch):
+    data = {"rule": "r",
+            "pooled": {GPU: {"all": {"fraction": 0.02, "basis": "pooled basis"}},
+                       EAGER: {"all": {"fraction": 0.3, "basis": "pooled eager basis"}}},
+            "experiments": {"x": {GPU: {"fraction": 0.011, "basis": "own basis"},
+                                  EAGER: {"fraction": 0.2, "basis": "own eager basis"}}}}
     path = tmp_path / "margins.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     monkeypatch.setattr(_margins, "MARGINS_FILE", path)
-    assert (_margins.measured_margin("x").fraction, _margins.measured_margin("x").basis) == (0.011, "own basis")
+    m = _margins.measured_margin("x")
+    assert (m.fraction, m.basis, m.eager.fraction, m.eager.basis) == (0.011, "own basis", 0.2, "own eager basis")
     new = _margins.measured_margin("not-yet-derived")
     assert new.fraction == 0.02 and new.basis.startswith("pooled basis")
+    assert new.eager.fraction == 0.3 and new.eager.basis.startswith("pooled eager basis")
     monkeypatch.setattr(_margins, "MARGINS_FILE", tmp_path / "absent.json")
     assert _margins.measured_margin("x") is NO_MARGIN
 
 
-def test_every_declared_experiment_has_a_measured_margin():
+def test_every_declared_experiment_has_a_measured_margin_per_clock():
     data = json.loads(_margins.MARGINS_FILE.read_text(encoding="utf-8"))
     for slug, experiment in all_experiments().items():
         assert slug in data["experiments"], f"experiments/margins.json lacks {slug}: run tools/derive_margin.py"
-        entry = data["experiments"][slug]
-        assert experiment.claim.margin.fraction == entry["fraction"] > 0
-        assert experiment.claim.margin.basis == entry["basis"]
+        for clock in (GPU, EAGER):
+            entry = data["experiments"][slug][clock]
+            declared = experiment.claim.margin_on(clock)
+            assert declared.fraction == entry["fraction"] > 0 and declared.basis == entry["basis"], (slug, clock)
+            assert {"fraction", "source", "basis", "comparisons"} <= set(entry)
+        assert experiment.claim.margin_on(EAGER).fraction >= experiment.claim.margin_on(GPU).fraction
 
 
 def test_claim_kinds_match_their_statements():
@@ -142,3 +242,13 @@ def test_claim_kinds_match_their_statements():
         statement = experiment.claim.statement
         parity = "at least as fast" in statement or "no more than" in statement
         assert (experiment.claim.kind == "parity") == parity, (slug, experiment.claim.kind, statement)
+
+
+def test_claim_clocks_match_their_statements():
+    # A statement that names the eager-call clock is judged on it; every other on GPU time. decoder-block-graphed
+    # compares replayed graphs, whose cost the GPU-time clock measures (its statement names no clock).
+    for slug, experiment in all_experiments().items():
+        eager = "eager-call clock" in experiment.claim.statement
+        assert experiment.claim.clock == (EAGER if eager else GPU), (slug, experiment.claim.statement)
+    assert all_experiments()["softmax-call-overhead"].claim.clock == EAGER
+    assert all_experiments()["decoder-block-graphed"].claim.clock == GPU

@@ -134,10 +134,10 @@ def test_the_subject_is_drawn_last_in_one_colour_on_every_plot(outputs):
 def test_speedup_plots_show_the_margin_band_and_every_gpu(outputs):
     single = outputs["assets/plots/fixture-single--speedup--float16.svg"]
     ET.fromstring(single)
-    assert "tie: 1 ± 1.0% (Level)" in single
+    assert "tie: margin ±1.0% (Level)" in single
     assert "Test GPU A" in single and "Test GPU B" in single
     sweep = outputs["assets/plots/fixture-sweep--speedup--float32.svg"]
-    assert "tie: 1 ± 1.0% (Level)" in sweep and "Test GPU A" in sweep
+    assert "tie: margin ±1.0% (Level)" in sweep and "Test GPU A" in sweep
 
 
 def test_pages_carry_the_rule_before_the_data_and_the_evidence_marks(outputs):
@@ -272,12 +272,13 @@ def test_both_clocks_reach_the_card_the_side_by_side_and_the_history():
     outputs = render_outputs(evidence)
     page = outputs[f"experiments/{experiment.slug}.md"]
     card = page[page.index('<div class="kl-card"'):page.index("## Decision rule")]
-    assert "GPU time: <span class=\"kl-badge kl-badge--supported\"" in card
-    assert "Eager call: <span class=\"kl-badge kl-badge--supported\"" in card, "a tie on the eager call meets parity"
-    assert "Eager call: <span class=\"kl-badge kl-badge--no-evidence\"" in card and "not measured in this run" in card
+    assert "GPU time (the claim's clock, ±2.0%): <span class=\"kl-badge kl-badge--supported\"" in card
+    assert "Eager call (±2.0%): <span class=\"kl-badge kl-badge--supported\"" in card, "a tie on the eager call meets parity"
+    assert "Eager call (±2.0%): <span class=\"kl-badge kl-badge--no-evidence\"" in card and "not measured in this run" in card
+    assert card.index("GPU time (the claim's clock") < card.index("Eager call ("), "the claim's clock first"
     assert "| Clock |" in card and "kl-word--level" in card and "kl-word--faster" in card
     side = page[page.index("## GPUs side by side"):page.index("## History")]
-    assert "### GPU time" in side and "### Eager call" in side
+    assert "### GPU time { #clock-gpu-time }" in side and "### Eager call { #clock-eager-call }" in side
     assert f"assets/plots/{experiment.slug}--speedup-eager-call--float32.svg" in outputs
     history = page[page.index("## History"):page.index("## Results")]
     assert "| Started (UTC) | GPU | Commit | GPU time | Points | Eager call | Points | Run | Status |" in history
@@ -285,7 +286,7 @@ def test_both_clocks_reach_the_card_the_side_by_side_and_the_history():
     assert len(rows) == 3
     assert "kl-badge--rejected" in rows[-1] and "superseded" in rows[-1], "the older run's own verdict is kept"
     assert history.count(", Eager call (1 run)") == 1
-    assert "#### NVIDIA Test GPU A · Eager call" in page and "GPU time only: this run was recorded before" in page
+    assert "#### NVIDIA Test GPU A · Eager call { #gpu-nvidia-test-gpu-a-eager-call }" in page and "GPU time only: this run was recorded before" in page
 
 
 # ---- TFLOP/s beside the time on multi-point pages of experiments with a FLOP model ------------------------

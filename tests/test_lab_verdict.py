@@ -37,9 +37,10 @@ from lab.evidence.verdict import (  # noqa: E402
     judge_point,
     verdict_for_gpu,
     verdicts_by_gpu,
+    tie_band,
     word_for,
 )
-from experiments.spec import PARITY, WIN, Claim, Margin  # noqa: E402
+from experiments.spec import EAGER_CALL, GPU_TIME, PARITY, WIN, Claim, Margin  # noqa: E402
 from lab.evidence.stats import SpeedupInterval  # noqa: E402
 
 HASHES = {"kernels/k.py": "a" * 64}
@@ -71,9 +72,10 @@ def at(ratio, **exp):
 @pytest.mark.parametrize("low, high, word", [
     (1.021, 1.05, FASTER),  # the lower bound clears 1 + m
     (1.02, 1.05, UNDECIDED),  # exactly at 1 + m is not above it, and the interval leaves the band
-    (0.95, 0.979, SLOWER),
-    (0.95, 0.98, UNDECIDED),
-    (0.98, 1.02, LEVEL),  # the whole interval within 1 ± m, edges included
+    (0.95, 0.98, SLOWER),  # below 1/(1 + m) = 0.98039
+    (0.95, 0.981, UNDECIDED),
+    (1 / 1.02, 1.02, LEVEL),  # the whole interval within 1/(1 + m) – 1 + m, edges included
+    (0.98, 1.02, UNDECIDED),  # 0.98 is 1 − m, past the band's lower edge
     (0.99, 1.01, LEVEL),
     (0.97, 1.01, UNDECIDED),  # reaches below the band
     (0.99, 1.03, UNDECIDED),  # reaches above it
@@ -196,9 +198,36 @@ def test_a_claim_that_makes_no_sense_is_refused(fields, message):
         Claim("s", ("b",), **fields)
 
 
-def test_a_margin_outside_its_range_is_refused():
+@pytest.mark.parametrize("fraction", [-0.01, 4.0, 15])
+def test_a_margin_outside_its_range_is_refused(fraction):
     with pytest.raises(ValueError, match="Margin.fraction"):
-        Margin(0.6, "too wide")
+        Margin(fraction, "out of range")
+
+
+def test_a_wide_margin_keeps_its_band_above_zero():
+    # A margin of 100% (the eager-call clock of microsecond calls can move that far): 0.5–2, never 1 − m = 0.
+    assert tie_band(1.0) == (0.5, 2.0)
+    assert word_for(SpeedupInterval(0.8, 0.76, 0.81, 0.95), 1.0) == LEVEL
+    assert word_for(SpeedupInterval(0.4, 0.38, 0.45, 0.95), 1.0) == SLOWER
+
+
+@pytest.mark.parametrize("clock", ["gpu", "eager", "GPU time", ""])
+def test_a_claim_names_one_of_the_two_clocks(clock):
+    with pytest.raises(ValueError, match="Claim.clock"):
+        Claim("s", ("b",), clock=clock)
+    assert Claim("s", ("b",)).clock == GPU_TIME and Claim("s", ("b",), clock=EAGER_CALL).clock == EAGER_CALL
+
+
+def test_each_clock_is_judged_with_its_own_margin():
+    eager = Margin(0.2, "eager spread")
+    claim = Claim("s", ("b",), kind=PARITY, margin=Margin(0.01, "gpu spread", eager), clock=EAGER_CALL)
+    assert claim.margin_on(GPU_TIME).fraction == 0.01 and claim.margin_on(EAGER_CALL) is eager
+    assert Claim("s", ("b",), margin=Margin(0.01, "m")).margin_on(EAGER_CALL).fraction == 0.01, "none of its own"
+    with pytest.raises(ValueError, match="clock"):
+        claim.margin_on("wall")
+    assert "Margin ±20.0%" in claim_rule(claim) and "Margin ±1.0%" in claim_rule(claim, GPU_TIME)
+    with pytest.raises(ValueError, match="one clock's margin"):
+        Margin(0.01, "m", Margin(0.2, "e", Margin(0.3, "nested")))
 
 
 # ---- the subject and the baselines ------------------------------------------------------------------

@@ -78,7 +78,7 @@ def _render(records: Path) -> dict[str, str]:
 
 
 def _section(page: str, gpu: str) -> str:
-    return page.split(f"\n### NVIDIA Test GPU {gpu}\n")[1].split("\n### ")[0].split("\n## ")[0]
+    return page.split(f"\n### NVIDIA Test GPU {gpu} {{ #gpu-nvidia-test-gpu-{gpu.lower()} }}\n")[1].split("\n### ")[0].split("\n## ")[0]
 
 
 def _older(**fields):

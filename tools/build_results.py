@@ -53,7 +53,7 @@ from experiments import all_experiments  # noqa: E402
 from experiments.decisions import DECISIONS  # noqa: E402
 from lab.evidence.hashing import source_hashes  # noqa: E402
 from lab.evidence.store import RecordsFolderError  # noqa: E402
-from lab.evidence.verdict import STALE  # noqa: E402
+from lab.evidence.verdict import CLOCK_NAMES, STALE  # noqa: E402
 from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
 from lab.publish.render import lost_evidence, render_outputs, write_outputs  # noqa: E402
@@ -299,8 +299,9 @@ def list_experiments(found, selected) -> int:
     names = found.gpu_names
     for slug in selected:
         experiment = found.experiments[slug]
-        verdicts = found.verdicts[slug]
-        states = "; ".join(f"{names[k]}: {v.state}" for k, v in verdicts.items()) or "No evidence"
+        verdicts = found.claim_verdicts(slug)  # on the clock the claim speaks of
+        clock = CLOCK_NAMES[experiment.claim.clock]
+        states = "; ".join(f"{names[k]}: {v.state} ({clock})" for k, v in verdicts.items()) or "No evidence"
         print(f"{slug}\t{experiment.title}\t{states}")
     return EXIT_OK
 

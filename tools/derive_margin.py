@@ -4,8 +4,9 @@
     python tools/derive_margin.py            write experiments/margins.json from records/
     python tools/derive_margin.py --check    exit 1 when the file differs from what the records give
 
-The margin is the spread of one kernel timed twice with unchanged code on the same GPU (lab.evidence.margin
-says exactly which pairs count and how the value is taken). Experiment declarations read their margin from
+Each experiment gets one margin per clock (GPU time, eager call): the spread of its speedup over the best
+baseline when unchanged code is timed twice on the same GPU, pooled over experiments of its kind where it has
+too few pairs of its own (lab.evidence.margin says exactly which pairs count and how the value is taken). Experiment declarations read their margin from
 the file (experiments/_margins.py), so re-deriving it changes no hashed source: the verdicts move, the
 evidence does not turn stale. Commit the file with the re-rendered pages.
 """
@@ -50,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     args.out.write_text(text, encoding="utf-8")
-    for slug, entry in json.loads(text)["experiments"].items():
-        print(f"{slug}\t±{entry['fraction']:.1%}\t{entry['source']}\t{entry['comparisons']} comparisons")
+    for slug, clocks in json.loads(text)["experiments"].items():
+        for clock, entry in clocks.items():
+            print(f"{slug}\t{clock}\t±{entry['fraction']:.1%}\t{entry['source']}\t{entry['comparisons']} comparisons")
     return 0
 
 

@@ -5,14 +5,16 @@ The rule (RULE_TEXT: every experiment page states it in these words, with its ow
 * At every case × dtype, the speedup is the best baseline's median time over the subject's median time,
   where the best baseline is the claim's baseline with the fastest median among those that passed the
   accuracy check. Its 95% confidence interval comes from a bootstrap of both sets of raw samples.
-* Each point gets one word against the claim's measured margin m: Faster (lower bound above 1 + m), Slower
-  (upper bound below 1 − m), Level (the whole interval within 1 ± m) or Undecided (none of these); Failed
+* Each point gets one word against the claim's measured margin m on that clock: Faster (lower bound above 1 + m), Slower
+  (upper bound below 1/(1 + m)), Level (the whole interval within that band) or Undecided (none of these); Failed
   where the subject was incorrect, errored, unsupported or unavailable. A point with no correct baseline is
   Undecided.
 * The experiment's verdict follows from its points. Rejected: some point is Slower or Failed. Supported: a
   parity claim ("at least as fast") when every point is Faster or Level; a win claim ("faster", by at least
   t) when every point is Faster with its lower bound at or above t. Inconclusive: anything else. A tie is
   never Rejected: for a win claim it leaves the verdict Inconclusive.
+* A claim names the clock its statement speaks of (GPU time or eager call): wherever one verdict stands for
+  the claim, it is the verdict on that clock.
 * Stale: a file hashed into the newest run has changed since; the old data is still shown, marked.
 * No evidence: no run on that GPU, or only runs through the CPU interpreter, whose times are not
   performance evidence.
@@ -23,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from experiments.spec import PARITY, Claim, Decision, Experiment
+from experiments.spec import CLOCKS, EAGER_CALL, GPU_TIME, PARITY, Claim, Decision, Experiment  # noqa: F401
 from lab.evidence.hashing import changed_sources
 from lab.evidence.records import CPU_EVIDENCE, Point, RunRecord
 from lab.evidence.stats import SpeedupInterval, bootstrap_speedup
@@ -53,10 +55,12 @@ RULE_TEXT = (
     "median time, where the best baseline is the fastest (by median) of the claim's baselines that passed "
     "the accuracy check. Its 95% confidence interval comes from a bootstrap of both sets of raw samples "
     "(2,000 resamples, fixed seed).",
-    "Each experiment declares a **margin** m, measured rather than chosen: how far one kernel's median moves "
-    "when unchanged code is timed twice on the same GPU. Each point gets one word: **Faster** when the "
-    "interval's lower bound is above 1 + m; **Slower** when its upper bound is below 1 − m; **Level** when "
-    "the whole interval lies within 1 ± m (a tie); **Undecided** otherwise. **Failed** where the subject "
+    "Each experiment declares a **margin** m per clock, measured rather than chosen: how far the speedup "
+    "moves on that clock when unchanged code is timed twice on the same GPU (never less on the eager-call "
+    "clock than on GPU time). Each point gets one word: **Faster** when the "
+    "interval's lower bound is above 1 + m; **Slower** when its upper bound is below 1/(1 + m), the same "
+    "distance on the other side in ratio terms (about 1 − m for a small m); **Level** when the whole interval "
+    "lies between the two (a tie); **Undecided** otherwise. **Failed** where the subject "
     "itself was incorrect, errored, unsupported or unavailable; a point with no correct baseline is "
     "Undecided.",
     "**Rejected** when some point is Slower or Failed. **Supported**, for a parity claim (\"at least as "
@@ -65,14 +69,17 @@ RULE_TEXT = (
     "Rejected. **Stale** when a source file hashed into the newest run has changed since (the old data stays "
     "on the page, marked). **No evidence** without a GPU run: runs through the CPU interpreter check the "
     "machinery, not performance.",
+    "Each claim names the clock its statement speaks of: **GPU time** (what the GPU spends per call) or the "
+    "**eager call** (what a Python program calling the op back to back pays, host work included). Wherever "
+    "one verdict stands for a claim (the home page, the indexes, the decisions), it is the verdict on that "
+    "clock, named; the other clock's verdict stands beside it on the experiment's page, labelled.",
 )
 
 
-# The two clocks a claim is judged on (lab.measure.timing and lab.measure.eager), each with its own verdict.
-GPU_TIME = "gpu-time"
-EAGER_CALL = "eager-call"
-CLOCKS = (GPU_TIME, EAGER_CALL)
+# The two clocks a claim is judged on (experiments.spec: GPU_TIME, EAGER_CALL), each with its own verdict and its
+# own margin; the claim names the one that stands for it (Claim.clock).
 CLOCK_NAMES = {GPU_TIME: "GPU time", EAGER_CALL: "Eager call"}
+CLOCK_WORDS = {GPU_TIME: "GPU-time", EAGER_CALL: "eager-call"}  # in a sentence: "on the eager-call clock"
 CLOCK_MEANINGS = {
     GPU_TIME: "what the GPU spends per call, host work hidden: how good the kernel is",
     EAGER_CALL: "what a Python program calling the op back to back pays per call, host work included",
@@ -92,10 +99,10 @@ def clock_timing(result, clock: str) -> tuple[float, tuple[float, ...]] | None:
     return eager.p50_ms, eager.samples_ms
 
 
-def claim_rule(claim: Claim) -> str:
-    """The rule with this claim's numbers in it, one sentence per word."""
-    m = claim.margin.fraction
-    up, down = 1 + m, 1 - m
+def claim_rule(claim: Claim, clock: str | None = None) -> str:
+    """The rule with this claim's numbers on `clock` (default: the claim's own) in it, one sentence per word."""
+    m = claim.margin_on(clock or claim.clock).fraction
+    down, up = tie_band(m)
     if claim.kind == PARITY:
         supported = "every point is Faster or Level"
     elif claim.threshold > 1:
@@ -148,13 +155,21 @@ def _status_text(result) -> str:
     return f"{result.status} ({detail})" if detail else result.status
 
 
+def tie_band(margin: float) -> tuple[float, float]:
+    """(1/(1 + margin), 1 + margin): the speedups a margin counts as a tie. The margin is a spread of log
+    ratios, so its edges lie the same distance from 1 on both sides in ratio terms (a margin of 100% spans
+    0.5–2, where 1 − margin would reach 0)."""
+    return 1 / (1 + margin), 1 + margin
+
+
 def word_for(interval: SpeedupInterval, margin: float) -> str:
-    """Faster, Slower, Level or Undecided: where the interval lies against 1 ± margin."""
-    if interval.low > 1 + margin:
+    """Faster, Slower, Level or Undecided: where the interval lies against the tie band of `margin`."""
+    down, up = tie_band(margin)
+    if interval.low > up:
         return FASTER
-    if interval.high < 1 - margin:
+    if interval.high < down:
         return SLOWER
-    if interval.low >= 1 - margin and interval.high <= 1 + margin:
+    if interval.low >= down and interval.high <= up:
         return LEVEL
     return UNDECIDED
 
@@ -178,23 +193,24 @@ def judge_point(experiment: Experiment, point: Point, clock: str = GPU_TIME) -> 
                               "no baseline ran correctly here")
     _, best = min(correct)
     interval = bootstrap_speedup(clock_timing(point.results[best], clock)[1], subject_timing[1])
-    m = claim.margin.fraction
+    m = claim.margin_on(clock).fraction
     word = word_for(interval, m)
+    down, up = tie_band(m)
     bounds = f"[{interval.low:.3f}, {interval.high:.3f}]"
     if word == SLOWER:
-        effect, why = AGAINST, f"{best} is faster: {bounds} lies below {1 - m:.3f}"
+        effect, why = AGAINST, f"{best} is faster: {bounds} lies below {down:.3f}"
     elif claim.kind == PARITY and word in (FASTER, LEVEL):
         effect = MEETS
-        why = (f"{bounds} lies above {1 + m:.3f}" if word == FASTER
-               else f"level with {best}: {bounds} lies within {1 - m:.3f}–{1 + m:.3f}")
+        why = (f"{bounds} lies above {up:.3f}" if word == FASTER
+               else f"level with {best}: {bounds} lies within {down:.3f}–{up:.3f}")
     elif word == FASTER and interval.low >= claim.threshold:
-        effect, why = MEETS, f"{bounds} lies above {max(1 + m, claim.threshold):.3f}"
+        effect, why = MEETS, f"{bounds} lies above {max(up, claim.threshold):.3f}"
     elif word == FASTER:
         effect, why = NEITHER, f"faster than {best}, but {bounds} does not clear the threshold {claim.threshold:g}"
     elif word == LEVEL:
-        effect, why = NEITHER, f"level with {best}: {bounds} lies within {1 - m:.3f}–{1 + m:.3f}, a tie, not a win"
+        effect, why = NEITHER, f"level with {best}: {bounds} lies within {down:.3f}–{up:.3f}, a tie, not a win"
     else:
-        effect, why = NEITHER, f"{bounds} crosses an edge of the tie band {1 - m:.3f}–{1 + m:.3f}"
+        effect, why = NEITHER, f"{bounds} crosses an edge of the tie band {down:.3f}–{up:.3f}"
     return PointJudgement(point.case, point.dtype, word, effect, best, interval, why)
 
 

@@ -35,9 +35,9 @@ MEANING = {
     NO_EVIDENCE: "no GPU run yet",
     OPEN: "a decision whose experiments are neither all Supported nor any Rejected",
     FASTER: "the whole 95% interval lies above 1 + margin",
-    LEVEL: "the whole 95% interval lies within 1 ± margin: a tie",
-    SLOWER: "the whole 95% interval lies below 1 − margin",
-    UNDECIDED: "the interval crosses an edge of 1 ± margin: neither inside the band nor clear of it",
+    LEVEL: "the whole 95% interval lies within 1/(1 + margin) – 1 + margin: a tie",
+    SLOWER: "the whole 95% interval lies below 1/(1 + margin)",
+    UNDECIDED: "the interval crosses an edge of the tie band: neither inside the band nor clear of it",
     FAILED: "the subject was incorrect, errored, unsupported or unavailable",
 }
 VERDICT_STATES = (SUPPORTED, REJECTED, INCONCLUSIVE, STALE, NO_EVIDENCE, OPEN)

@@ -18,6 +18,23 @@ def clock_legend() -> list[dict]:
     return [{"name": CLOCK_NAMES[c], "meaning": CLOCK_MEANINGS[c]} for c in (GPU_TIME, EAGER_CALL)]
 
 
+def claim_clock_first(experiment: Experiment) -> list[str]:
+    """Both clocks, the one the claim speaks of first."""
+    clock = experiment.claim.clock
+    return [clock] + [c for c in (GPU_TIME, EAGER_CALL) if c != clock]
+
+
+def margins_text(experiment: Experiment) -> str:
+    """Each clock's margin, the claim's clock first: "±1.2% (GPU time); ±48.4% (Eager call)"."""
+    return "; ".join(f"±{experiment.claim.margin_on(c).fraction:.1%} ({CLOCK_NAMES[c]})"
+                     for c in claim_clock_first(experiment))
+
+
+def margins_basis(experiment: Experiment) -> str:
+    """What each clock's margin rests on, the claim's clock first."""
+    return "; ".join(f"{CLOCK_NAMES[c]}: {experiment.claim.margin_on(c).basis}" for c in claim_clock_first(experiment))
+
+
 def eager_section(experiment: Experiment, verdict: Verdict | None) -> dict | None:
     """The eager-call clock's verdict and tables for one GPU's newest run; None on the CPU interpreter."""
     if verdict is None or verdict.run is None or not verdict.run.is_performance_evidence:

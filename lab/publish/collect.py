@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, Sequence
 from experiments.spec import Decision, Experiment
 from lab.evidence.records import Point, RunRecord
 from lab.evidence.store import RecordProblem, load_records
-from lab.evidence.verdict import EAGER_CALL, Verdict, verdicts_by_gpu
+from lab.evidence.verdict import EAGER_CALL, GPU_TIME, Verdict, verdicts_by_gpu
 from lab.publish.formatting import gpu_labels
 
 
@@ -27,6 +27,15 @@ class Evidence:
     current_hashes: dict[str, dict[str, str]]
     problems: list[RecordProblem] = field(default_factory=list)
     eager_verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+
+    def on_clock(self, slug: str, clock: str) -> dict[str, Verdict]:
+        """`slug`'s verdicts per GPU on `clock`."""
+        return self.verdicts[slug] if clock == GPU_TIME else self.eager_verdicts.get(slug, {})
+
+    def claim_verdicts(self, slug: str) -> dict[str, Verdict]:
+        """`slug`'s verdicts per GPU on the clock its claim speaks of: the verdict that stands for the claim
+        wherever one is shown alone (home page, indexes, decisions, snippets)."""
+        return self.on_clock(slug, self.experiments[slug].claim.clock)
 
     @property
     def gpu_names(self) -> dict[str, str]:

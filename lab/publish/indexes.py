@@ -8,9 +8,22 @@ root (/experiments/<slug>.md), which MkDocs resolves for the including page when
 
 from __future__ import annotations
 
+from statistics import median
+from typing import Iterable
+
 from experiments.spec import Decision
 from lab.evidence.records import RunRecord
-from lab.evidence.verdict import AGAINST, DECISION_RULE, OPEN, decide, word_counts
+from lab.evidence.verdict import (
+    AGAINST,
+    CLOCK_NAMES,
+    DECISION_RULE,
+    OPEN,
+    PointJudgement,
+    Verdict,
+    decide,
+    point_label,
+    word_counts,
+)
 from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
@@ -18,48 +31,110 @@ from lab.publish.escape import Md, cell, compose, declared, href
 from lab.publish.views import gpu_order, run_shape
 
 
-def index_rows(evidence: Evidence, link_prefix: str) -> tuple[list[str], list[dict]]:
-    gpus = evidence.evidence_gpus
-    names = evidence.gpu_names
+def speedup_range(judgements: Iterable[PointJudgement]) -> dict | None:
+    """The speedups over the best peer at the judged points: lowest, median and highest, with where the lowest
+    and highest lie; None where no point has a speedup."""
+    timed = sorted((j for j in judgements if j.speedup is not None), key=lambda j: j.speedup.ratio)
+    if not timed:
+        return None
+    return {"low": timed[0], "median": median(j.speedup.ratio for j in timed), "high": timed[-1]}
+
+
+def range_text(found: dict) -> str:
+    """"0.912× – 1.004× – 1.180×": lowest – median – highest (one figure where there is one point)."""
+    if found["low"] is found["high"]:
+        return fmt.ratio(found["median"])
+    return f"{fmt.ratio(found['low'].speedup.ratio)} – {fmt.ratio(found['median'])} – {fmt.ratio(found['high'].speedup.ratio)}"
+
+
+def range_where(found: dict) -> str:
+    """"lowest at a (float32), highest at b (bfloat16)" ("at a (float32)" where there is one point)."""
+    if found["low"] is found["high"]:
+        return f"at {point_label(found['low'])}"
+    return f"lowest at {point_label(found['low'])}, highest at {point_label(found['high'])}"
+
+
+def clock_label(experiment) -> str:
+    """The claim's clock and its margin: "Eager call, margin ±6.0%"."""
+    clock = experiment.claim.clock
+    return f"{CLOCK_NAMES[clock]}, margin ±{experiment.claim.margin_on(clock).fraction:.1%}"
+
+
+def standing(experiment, verdict: Verdict | None, gpu_label: str = "", with_range: bool = True) -> Md:
+    """The verdict that stands for a claim on one GPU: its badge on the claim's clock, the clock named, and the
+    speedup over the best peer as lowest – median – highest, with the points of the lowest and highest in a
+    short line under it. Record strings pass through badges.esc."""
+    clock = experiment.claim.clock
+    gpu = f"<strong>{badges.esc(gpu_label)}</strong> · " if gpu_label else ""
+    head = Md(f'{gpu}{badges.verdict_badge(verdict)} <span class="kl-clock">{badges.esc(clock_label(experiment))}</span>')
+    found = speedup_range(verdict.points) if verdict is not None and with_range else None
+    if found is None:
+        return head
+    where = range_where(found)
+    return Md(f'{head} · <span class="kl-range">{badges.esc(range_text(found))}</span>'
+              f"<br><small>{badges.esc(where)}</small>")
+
+
+def standing_cell(evidence: Evidence, slug: str) -> Md:
+    """Every GPU's standing verdict for `slug`, one GPU a line ("No evidence" without a GPU run)."""
+    experiment = evidence.experiments[slug]
+    verdicts = evidence.claim_verdicts(slug)
+    lines = [standing(experiment, verdicts[key], evidence.gpu_labels[key]) for key in evidence.evidence_gpus
+             if key in verdicts and verdicts[key].run is not None and verdicts[key].run.is_performance_evidence]
+    return Md("<br>").join(lines) if lines else badges.verdict_badge(None)
+
+
+def claim_words(experiment) -> str:
+    """The claim in words: its statement, else the subject against its baselines."""
+    claim = experiment.claim
+    return claim.statement or f"{claim.subject} is faster than {', '.join(claim.baselines)}"
+
+
+def index_rows(evidence: Evidence, link_prefix: str) -> list[dict]:
+    """A row per experiment: its title, question, claim in words and the verdict on its claim's clock per GPU."""
     rows = []
     for slug, experiment in evidence.experiments.items():
-        verdicts = evidence.verdicts[slug]
         rows.append({
             "slug": slug,
             "title": declared(experiment.title),
             "link": href(f"{link_prefix}{slug}.md"),
             "question": cell(declared(experiment.question)),
-            "claim": declared(experiment.claim.short),
+            "claim": cell(declared(claim_words(experiment))),
+            "clock": CLOCK_NAMES[experiment.claim.clock],
             "run_shape": run_shape(experiment),
-            "cells": [badges.verdict_badge(verdicts.get(key)) for key in gpus],
+            "standing": standing_cell(evidence, slug),
             "no_gpu": badges.verdict_badge(None),
         })
-    return [evidence.gpu_labels[k] for k in gpus], rows
+    return rows
 
 
 def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
-    """Per GPU with performance evidence and dtype: the subject against the best baseline, in brief."""
+    """Per GPU with performance evidence and dtype: the claim on its clock, the subject against the best
+    baseline in brief (lowest – median – highest speedup), and beside it the other clock's verdict, labelled."""
+    experiment = evidence.experiments[slug]
+    clock = experiment.claim.clock
+    other = next(c for c in CLOCK_NAMES if c != clock)
     rows = []
     for key in evidence.evidence_gpus:
-        verdict = evidence.verdicts[slug].get(key)
+        verdict = evidence.claim_verdicts(slug).get(key)
         if verdict is None or verdict.run is None or not verdict.run.is_performance_evidence:
             continue
+        beside = evidence.on_clock(slug, other).get(key)
         for dtype in dtypes_in(verdict.run):
             judged = [j for j in verdict.points if j.dtype == dtype]
-            timed = [j for j in judged if j.speedup is not None]
-            low = min(timed, key=lambda j: j.speedup.ratio, default=None)
-            high = max(timed, key=lambda j: j.speedup.ratio, default=None)
+            found = speedup_range(judged)
             rows.append({
                 "gpu": evidence.gpu_labels[key],
                 "dtype": dtype,
                 "verdict": badges.verdict_badge(verdict),
+                "clock": clock_label(experiment),
                 "points": len(judged),
                 "counts": word_counts(judged) or fmt.DASH,
                 "against": sum(j.effect == AGAINST for j in judged),
-                "lowest": compose("{} {}", fmt.ratio(low.speedup.ratio), fmt.interval(low.speedup.low, low.speedup.high))
-                if low else fmt.DASH,
-                "lowest_at": low.case if low else fmt.DASH,
-                "highest": fmt.ratio(high.speedup.ratio) if high else fmt.DASH,
+                "range": range_text(found) if found else fmt.DASH,
+                "where": range_where(found) if found else "",
+                "other_clock": f"{CLOCK_NAMES[other]}, margin ±{experiment.claim.margin_on(other).fraction:.1%}",
+                "other": badges.verdict_badge(beside) if beside is not None and beside.points else "",
                 "run_link": href(f"/records/{slug}/{verdict.run.run_id}.json"),
                 "run_id": fmt.short_run_id(verdict.run.run_id),
             })
@@ -69,11 +144,10 @@ def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
 def decision_context(evidence: Evidence, decision: Decision, link_prefix: str) -> dict:
     gpus = [k for k in evidence.evidence_gpus
             if any(k in evidence.verdicts.get(slug, {}) for slug in decision.experiments)]
-    names = evidence.gpu_names
     calls = []
     for key in gpus:
-        call = decide(decision, {slug: evidence.verdicts[slug][key] for slug in decision.experiments
-                                 if slug in evidence.verdicts and key in evidence.verdicts[slug]})
+        call = decide(decision, {slug: evidence.claim_verdicts(slug)[key] for slug in decision.experiments
+                                 if slug in evidence.verdicts and key in evidence.claim_verdicts(slug)})
         calls.append({"gpu": evidence.gpu_labels[key], "outcome": call.outcome, "text": declared(call.text),
                       "kind": f"kl-box-{badges.css_name(call.outcome)}", "badge": badges.badge(call.outcome)})
     experiments = []
@@ -84,7 +158,7 @@ def decision_context(evidence: Evidence, decision: Decision, link_prefix: str) -
             "known": experiment is not None,
             "title": declared(experiment.title if experiment else slug),
             "link": href(f"{link_prefix}{slug}.md"),
-            "cells": [badges.verdict_badge(evidence.verdicts[slug].get(key)) if experiment
+            "cells": [standing(experiment, evidence.claim_verdicts(slug).get(key)) if experiment
                       else "not declared" for key in gpus],
         })
     return {

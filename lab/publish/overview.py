@@ -52,7 +52,7 @@ def run_ref(run: RunRecord, gpu_label: str) -> dict:
 
 
 def clock_verdicts(evidence: Evidence, slug: str, clock: str) -> dict[str, Verdict]:
-    return evidence.verdicts[slug] if clock == GPU_TIME else evidence.eager_verdicts.get(slug, {})
+    return evidence.on_clock(slug, clock)
 
 
 def performance_verdicts(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> list[tuple[str, Verdict]]:
@@ -105,7 +105,8 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
     subject's and the best baseline's time and GB/s, the speedup with its interval and the point's word."""
     experiment = evidence.experiments[slug]
     subject = experiment.claim.subject
-    clocks = clocks_with_data(evidence, slug)
+    claim_clock = experiment.claim.clock
+    clocks = sorted(clocks_with_data(evidence, slug), key=lambda c: c != claim_clock)  # the claim's clock first
     gpus, rows = [], []
     found = performance_verdicts(evidence, slug)
     several = len({d for _, v in found for d in dtypes_in(v.run)}) > 1
@@ -115,12 +116,15 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
         verdicts = []
         for clock in clocks:
             on_clock = clock_verdicts(evidence, slug, clock).get(key)
+            margin = experiment.claim.margin_on(clock).fraction
+            label = CLOCK_NAMES[clock] + (f" (the claim's clock, ±{margin:.1%})" if clock == claim_clock
+                                          else f" (±{margin:.1%})")
             if on_clock is None or not on_clock.points:
-                verdicts.append({"clock": CLOCK_NAMES[clock], "badge": badges.verdict_badge(on_clock),
+                verdicts.append({"clock": CLOCK_NAMES[clock], "label": label, "badge": badges.verdict_badge(on_clock),
                                  "counts": "not measured in this run"})
                 continue
             judged[clock] = on_clock.points
-            verdicts.append({"clock": CLOCK_NAMES[clock], "badge": badges.verdict_badge(on_clock),
+            verdicts.append({"clock": CLOCK_NAMES[clock], "label": label, "badge": badges.verdict_badge(on_clock),
                              "counts": word_counts(on_clock.points)})
         gpus.append({**run_ref(run, evidence.gpu_labels[key]), "verdicts": verdicts})
         points = {(p.case, p.dtype): p for p in run.points}

@@ -30,7 +30,7 @@ from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from experiments.spec import Experiment  # noqa: E402
 from lab.evidence.records import CPU_EVIDENCE, RunRecord  # noqa: E402
-from lab.evidence.verdict import AGAINST, CLOCK_NAMES, GPU_TIME, PointJudgement  # noqa: E402
+from lab.evidence.verdict import AGAINST, CLOCK_NAMES, GPU_TIME, PointJudgement, tie_band  # noqa: E402
 
 STYLE = {
     "svg.hashsalt": "kernel-lab",
@@ -204,12 +204,12 @@ def render_speedup_plot(experiment: Experiment, dtype: str,
                         series: Sequence[tuple[str, str, Sequence[PointJudgement], RunRecord]],
                         clock: str = GPU_TIME) -> str:
     """Each GPU's speedup at `dtype` on `clock`: series are (GPU label, colour, that run's judgements, the run)."""
-    m = experiment.claim.margin.fraction
+    m = experiment.claim.margin_on(clock).fraction
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=FIGSIZE, layout="constrained")
         try:
-            ax.axhspan(1 - m, 1 + m, color=MARGIN_COLOUR, alpha=0.45, linewidth=0, zorder=0,
-                       label=f"tie: 1 ± {m:.1%} (Level)")
+            ax.axhspan(*tie_band(m), color=MARGIN_COLOUR, alpha=0.45, linewidth=0, zorder=0,
+                       label=f"tie: margin ±{m:.1%} (Level)")
             ax.axhline(1, color="#495057", linewidth=0.8, zorder=1)
             if experiment.claim.threshold > 1:
                 ax.axhline(experiment.claim.threshold, color="#495057", linestyle="--", linewidth=1,

@@ -26,11 +26,18 @@ from lab.evidence.checks import IDENTIFIER, IDENTIFIER_TEXT
 from lab.evidence.verdict import DECISION_RULE, RULE_TEXT
 from lab.publish import badges, escape
 from lab.publish import formatting as fmt
+from lab.publish.clocks import margins_text
 from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.breakdown import breakdown_filename, has_breakdown, render_breakdown_plot
 from lab.publish.profiled import profiled_run
 from lab.publish.roofline import render_roofline_plot, roofline_filename, roofline_points
-from lab.publish.indexes import decision_context, environment_rows, index_rows, summary_rows
+from lab.publish.indexes import (
+    decision_context,
+    environment_rows,
+    index_rows,
+    standing,
+    summary_rows,
+)
 from lab.publish.output import WriteReport, lost_evidence, write_outputs  # noqa: F401 - the render's way out
 from lab.publish.overview import clocks_with_data, performance_verdicts, speedup_series
 from lab.publish.plots import plot_filename, render_plot, render_speedup_plot, speedup_plot_filename
@@ -63,9 +70,9 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
     gpu_names = evidence.gpu_names
     legend = env.get_template("snippet_legend.md.j2").render(header=GENERATED_HEADER, legend=badges.legend_rows())
     out: dict[str, str] = {"generated/legend.md": legend}
-    gpu_columns, experiment_rows = index_rows(evidence, "")
     out["experiments/index.md"] = env.get_template("experiments_index.md.j2").render(
-        header=GENERATED_HEADER, gpus=gpu_columns, rows=experiment_rows, any_runs=any(evidence.runs.values()),
+        header=GENERATED_HEADER, rows=index_rows(evidence, ""), any_runs=any(evidence.runs.values()),
+        any_gpu=bool(evidence.evidence_gpus),
         refresh=REFRESH_COMMAND, legend=escape.Md(legend.split("\n", 2)[2].strip()),
     )
     for slug, experiment in evidence.experiments.items():
@@ -93,10 +100,10 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
                     experiment, dtype, series, clock)
         out[f"generated/{slug}.md"] = env.get_template("snippet_experiment.md.j2").render(
             header=GENERATED_HEADER, e=escape.declared(experiment), link=escape.href(f"/experiments/{slug}.md"),
-            badges=[{"gpu": evidence.gpu_labels[k], "badge": badges.verdict_badge(v)}
-                    for k, v in evidence.verdicts[slug].items() if v.run.is_performance_evidence],
+            badges=[{"gpu": evidence.gpu_labels[k], "badge": standing(experiment, v, with_range=False)}
+                    for k, v in evidence.claim_verdicts(slug).items() if v.run.is_performance_evidence],
             no_evidence=badges.verdict_badge(None), rows=summary_rows(evidence, slug),
-            refresh=f"{REFRESH_COMMAND} {slug}", margin=f"{experiment.claim.margin.fraction:.1%}",
+            refresh=f"{REFRESH_COMMAND} {slug}", margins=margins_text(experiment),
         )
     decision_pages = []
     for decision in evidence.decisions:
@@ -106,9 +113,9 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
         decision_pages.append(context)
     out["decisions/index.md"] = env.get_template("decisions_index.md.j2").render(
         header=GENERATED_HEADER, decisions=decision_pages, rule=escape.declared(DECISION_RULE))
-    gpu_columns, verdict_rows = index_rows(evidence, "/experiments/")
     out["generated/verdicts.md"] = env.get_template("snippet_verdicts.md.j2").render(
-        header=GENERATED_HEADER, gpus=gpu_columns, rows=verdict_rows, refresh=REFRESH_COMMAND)
+        header=GENERATED_HEADER, any_gpu=bool(evidence.evidence_gpus), rows=index_rows(evidence, "/experiments/"),
+        refresh=REFRESH_COMMAND)
     out["generated/environment.md"] = env.get_template("snippet_environment.md.j2").render(
         header=GENERATED_HEADER, rows=environment_rows(evidence), refresh=REFRESH_COMMAND)
     out["generated/rule.md"] = "\n\n".join((GENERATED_HEADER, *RULE_TEXT, DECISION_RULE)) + "\n"

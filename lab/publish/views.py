@@ -16,9 +16,11 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from experiments.spec import PARITY, Case, Experiment, PointColumn
+from lab.evidence.checks import IDENTIFIER, IDENTIFIER_TEXT
 from lab.evidence.records import CPU_GPU_KEY, Point, RunRecord
 from lab.evidence.verdict import (
     AGAINST,
+    CLOCK_WORDS,
     MEETS,
     NO_EVIDENCE,
     RULE_TEXT,
@@ -32,7 +34,7 @@ from lab.evidence.verdict import (
 from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish import overview
-from lab.publish.clocks import clock_legend, eager_section
+from lab.publish.clocks import clock_legend, eager_section, margins_basis, margins_text
 from lab.publish.collect import Evidence, dtypes_in, profile_names
 from lab.publish.escape import Md, code, compose, declared, href
 from lab.publish.breakdown import breakdown_filename, breakdown_view, has_breakdown, slower_ops
@@ -252,6 +254,16 @@ def _timing_text(run: RunRecord) -> str:
             f"{fmt.plural(t.warmup_rounds, 'warm-up round')} discarded, {samples}, {t.order}")
 
 
+def page_anchor(gpu_key: str, *parts: str) -> Md:
+    """The id of a GPU's heading on an experiment page, "gpu-<key>[-<part>...]": built from validated names
+    only (GPU keys and dtypes are identifiers), so hand-written pages can link to it whatever a record's GPU
+    name says. Headings set it with attr_list (`{ #id }`) instead of a slug of their text."""
+    for name in (gpu_key, *parts):
+        if not IDENTIFIER.fullmatch(name):
+            raise ValueError(f"an anchor is made of names of {IDENTIFIER_TEXT}, not {name!r}")
+    return Md("-".join(("gpu", gpu_key, *parts)))
+
+
 def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_names: Mapping[str, str],
                  runs: Sequence[RunRecord]) -> dict:
     """One GPU's detail; its profile and roofline may come from an earlier run (lab.publish.profiled)."""
@@ -267,6 +279,8 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
         case_rows = [] if single else _case_rows(experiment, points, judgements, cpu)
         dtypes.append({
             "dtype": dtype,
+            "anchor": page_anchor(gpu_key, dtype),
+            "breakdown_anchor": page_anchor(gpu_key, dtype, "breakdown"),
             "plot": href(f"../{PLOTS_DIR}/{plot_filename(experiment.slug, gpu_key, dtype)}"),
             "single": single,
             "point": points[0],
@@ -289,6 +303,9 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
         })
     return {
         "gpu_name": gpu_names.get(gpu_key, gpu_key),
+        "anchor": page_anchor(gpu_key),
+        "eager_anchor": page_anchor(gpu_key, "eager-call"),
+        "roofline_anchor": page_anchor(gpu_key, "roofline"),
         "cpu": cpu,
         "state": verdict.state,
         "badge": badges.verdict_badge(verdict),
@@ -351,10 +368,10 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
         "no_evidence_badge": badges.badge(NO_EVIDENCE),
         "rule": declared(RULE_TEXT),
         "clocks": declared(clock_legend()),
-        "claim_rule": declared(claim_rule(claim)),
+        "claim_rule": declared(f"Judged on the {CLOCK_WORDS[claim.clock]} clock. {claim_rule(claim)}"),
         "claim_kind": "parity" if claim.kind == PARITY else "win",
-        "margin": f"±{claim.margin.fraction:.1%}",
-        "margin_basis": declared(claim.margin.basis),
+        "margin": margins_text(experiment),
+        "margin_basis": declared(margins_basis(experiment)),
         "card": overview.summary_card(evidence, slug),
         "sides": overview.sides(evidence, slug),
         "history": overview.history(evidence, slug),

@@ -42,6 +42,12 @@ STATUSES = ("ok", "incorrect", "error", "unsupported", "unavailable")
 GPU_EVIDENCE = "gpu"
 CPU_EVIDENCE = "cpu-interpreter: not performance evidence"
 CPU_GPU_KEY = "cpu-interpreter"  # the GPU key of records made on the CPU through Triton's interpreter
+# How the L2 was emptied before each timed call (lab.measure.timing). "zero": a buffer twice the L2 written with
+# zeros, which leaves the L2 full of dirty lines the timed call must write back first (every record made before
+# the field existed). "read": that buffer only read (a sum into one scalar), which leaves clean lines.
+FLUSH_ZERO = "zero"
+FLUSH_READ = "read"
+L2_FLUSHES = (FLUSH_ZERO, FLUSH_READ)
 
 
 def _build(cls, table, data: Any, where: str):
@@ -124,6 +130,8 @@ class ProfileResult:
     totals, or why there are none) and is None where the point was not profiled. `eager` holds the same
     profile on the eager-call clock; None in records made before that clock existed (GPU time only).
     `breakdown` holds its kernel time op by op (lab.measure.breakdown), None unless the experiment asks.
+    `bytes_moved` is this profile's own byte model where the profile declares one (a quantised profile reads
+    fewer weight bytes than the point's model counts); None: the point's `bytes_moved` (every older record).
     """
 
     status: str
@@ -141,6 +149,7 @@ class ProfileResult:
     profiling: dict | None = None
     eager: EagerResult | None = None
     breakdown: dict | None = None
+    bytes_moved: int | None = None
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "ProfileResult":
@@ -168,6 +177,7 @@ RESULT_FIELDS = fields({
     "profiling": Absent(point_profiling),
     "eager": Absent(optional(EagerResult.from_dict)),
     "breakdown": Absent(breakdown),
+    "bytes_moved": Absent(optional(integer(1))),
 })
 
 
@@ -214,7 +224,12 @@ POINT_FIELDS = fields({
 
 @dataclass(frozen=True)
 class CopyCeiling:
-    """The device-to-device copy bandwidth measured in the same run: read + write bytes over the median."""
+    """A bandwidth ceiling measured in the same run: the bytes one call moves over the median sample.
+
+    The copy ceiling is a device-to-device copy (read + write); the read ceiling a sum of a large buffer into
+    one scalar (reads alone); the 2:1 ceiling an elementwise add (two reads, one write). `bytes_copied` is
+    the size of the one buffer each reads or writes.
+    """
 
     gbps: float
     bytes_copied: int
@@ -274,6 +289,7 @@ class TimingMethod:
     max_samples: int
     target_seconds: float
     order: str
+    l2_flush: str = FLUSH_ZERO  # FLUSH_ZERO or FLUSH_READ; records made before the field existed zeroed the buffer
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "TimingMethod":
@@ -291,6 +307,7 @@ TIMING_FIELDS = fields({
     "max_samples": integer(1, MAX_SAMPLES),
     "target_seconds": number(0.0, 1e6),
     "order": short_text,
+    "l2_flush": Absent(one_of(*L2_FLUSHES), FLUSH_ZERO),
 })
 
 
@@ -352,6 +369,9 @@ class RunRecord:
     profiling: dict | None = None
     eager: EagerMethod | None = None  # the eager-call clock's method; None in records made before it existed
     matmul_peak: MatmulPeak | None = None  # measured on GPU runs since the roofline; None before, and on the CPU
+    # Ceilings for other traffic than a copy's, measured since the clean flush; None in older records.
+    read_ceiling: CopyCeiling | None = None  # reads alone (a large sum)
+    read2_write_ceiling: CopyCeiling | None = None  # two reads to one write (an elementwise add)
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -412,6 +432,8 @@ RECORD_FIELDS = fields({
     "profiling": Absent(run_profiling),
     "eager": Absent(optional(EagerMethod.from_dict)),
     "matmul_peak": Absent(optional(MatmulPeak.from_dict)),
+    "read_ceiling": Absent(optional(CopyCeiling.from_dict)),
+    "read2_write_ceiling": Absent(optional(CopyCeiling.from_dict)),
 })
 
 SCHEMA_TABLES = {EagerResult: EAGER_RESULT_FIELDS, ProfileResult: RESULT_FIELDS, Point: POINT_FIELDS,

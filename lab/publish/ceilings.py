@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from experiments.spec import COMPUTE, COPY, MEMORY, READ, READ2_WRITE, Case, Experiment
 from lab.evidence.records import CopyCeiling, Point, ProfileResult, RunRecord
 from lab.publish import formatting as fmt
@@ -29,6 +31,9 @@ ABOVE_MARK = "‡"
 GENERIC_ABOVE = ("part of the traffic its byte model counts is served by the L2 rather than DRAM (operands small "
                  "enough to stay there between calls, or lines re-read by neighbouring blocks), so model bytes "
                  "over time can pass a ceiling measured on buffers far larger than the L2")
+
+STAND_IN_ABOVE = ("the copy ceiling stands in for the ceiling matching this traffic, and traffic with more reads "
+                  "than writes streams faster than a copy")
 
 
 @dataclass(frozen=True)
@@ -61,10 +66,23 @@ def roof(experiment: Experiment, point: Point, run: RunRecord) -> Roof:
     return Roof(MEMORY, CEILING_NAMES[experiment.traffic], ceiling.gbps)
 
 
-def moved_bytes(point: Point, result: ProfileResult | None) -> int:
-    """The bytes a profile's GB/s divide: its own byte model where it declares one, else the point's."""
+def moved_bytes(experiment: Experiment, point: Point, name: str | None, result: ProfileResult | None) -> int:
+    """The bytes profile `name`'s GB/s divide: its own byte model where it has one (as recorded; else, for a
+    record made before profiles recorded their own, as its declaration computes it from the point's shape
+    and dtype), otherwise the point's."""
     own = getattr(result, "bytes_moved", None)
-    return own if own else point.bytes_moved
+    if own:
+        return own
+    declared = next((p.bytes_moved for p in experiment.profiles if p.name == name), None)
+    dtype = getattr(torch, point.dtype, None)
+    if declared is None or not isinstance(dtype, torch.dtype):
+        return point.bytes_moved
+    try:
+        value = declared(Case(point.case, dict(point.shape)), dtype)
+    except (KeyError, TypeError, ValueError, ArithmeticError):
+        return point.bytes_moved
+    valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if valid else point.bytes_moved
 
 
 @dataclass(frozen=True)
@@ -81,9 +99,9 @@ class Share:
         return f"{self.rate} ({self.pct})"
 
 
-def share(experiment: Experiment, point: Point, run: RunRecord, result: ProfileResult | None,
+def share(experiment: Experiment, point: Point, run: RunRecord, name: str | None, result: ProfileResult | None,
           p50_ms: float | None) -> Share:
-    """`result`'s throughput at median `p50_ms` against its roof (see the module docstring)."""
+    """Profile `name`'s throughput at median `p50_ms` against its roof (see the module docstring)."""
     if result is None or p50_ms is None or p50_ms <= 0:
         return Share(fmt.DASH, fmt.DASH)
     top = roof(experiment, point, run)
@@ -95,7 +113,7 @@ def share(experiment: Experiment, point: Point, run: RunRecord, result: ProfileR
         if top.value is None:
             return Share(rate, f"no {PEAK_NAME} in this run")
         return _share(rate, 100 * tflops / top.value, top.name)
-    gbps = moved_bytes(point, result) / (p50_ms * 1e-3) / 1e9
+    gbps = moved_bytes(experiment, point, name, result) / (p50_ms * 1e-3) / 1e9
     return _share(f"{fmt.gbps(gbps)} GB/s", 100 * gbps / top.value, top.name)
 
 
@@ -108,10 +126,12 @@ def notes(experiment: Experiment, run: RunRecord, shares: list[Share], points: l
     """The sentences a table of `shares` needs under it: why a figure is above its ceiling, and which roof
     stands in where the run predates the declared one. Empty when nothing needs saying."""
     said = []
-    if any(s.above for s in shares):
-        said.append(f"{ABOVE_MARK} Above its ceiling: {experiment.above_ceiling or GENERIC_ABOVE}.")
     memory = [p for p in points if point_bound(experiment, p) == MEMORY]
-    if memory and experiment.traffic != COPY and run_ceiling(run, experiment.traffic) is None:
+    stand_in = bool(memory) and experiment.traffic != COPY and run_ceiling(run, experiment.traffic) is None
+    if any(s.above for s in shares):
+        why = experiment.above_ceiling or (STAND_IN_ABOVE if stand_in else GENERIC_ABOVE)
+        said.append(f"{ABOVE_MARK} Above its ceiling: {why}.")
+    if stand_in:
         said.append(f"This run predates the {CEILING_NAMES[experiment.traffic]} ceiling that matches this "
                     f"experiment's traffic ({CEILING_TRAFFIC[experiment.traffic]}): its memory-bound figures are "
                     "shares of its copy ceiling.")

@@ -75,14 +75,15 @@ def gpu_colour(evidence: Evidence, gpu_key: str) -> str:
     return GPU_PALETTE[evidence.evidence_gpus.index(gpu_key) % len(GPU_PALETTE)]
 
 
-def _time_and_rate(experiment: Experiment, point: Point, run: RunRecord, result, clock: str) -> str:
+def _time_and_rate(experiment: Experiment, point: Point, run: RunRecord, name: str | None, clock: str) -> str:
     """Median µs and the rate a reader judges it by: GB/s where the point is memory-bound, TFLOP/s where it
     is compute-bound (lab.publish.ceilings)."""
+    result = point.results.get(name) if name else None
     timing = clock_timing(result, clock)
     if timing is None:
         return fmt.DASH if result is None else result.status
     p50 = timing[0]
-    return Md(f"{fmt.latency_us(p50)} µs<br>{ceilings.share(experiment, point, run, result, p50).rate}")
+    return Md(f"{fmt.latency_us(p50)} µs<br>{ceilings.share(experiment, point, run, name, result, p50).rate}")
 
 
 def _speedup(j: PointJudgement | None, between: str = " ") -> str:
@@ -135,9 +136,9 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                         "gpu": evidence.gpu_labels[key],
                         "where": (f"{which}: " if which else "") + j.case + (f" · {dtype}" if several else ""),
                         "clock": CLOCK_NAMES[clock],
-                        "subject": _time_and_rate(experiment, point, run, point.results.get(subject), clock),
+                        "subject": _time_and_rate(experiment, point, run, subject, clock),
                         "baseline": compose("{}<br>{}", code(j.baseline),
-                                            _time_and_rate(experiment, point, run, base, clock))
+                                            _time_and_rate(experiment, point, run, j.baseline, clock))
                         if base else fmt.DASH,
                         "speedup": _speedup(j, "<br>"),
                         "word": badges.word(j.word, j.reason),
@@ -145,12 +146,13 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
     return {"gpus": gpus, "rows": rows, "clocks": [CLOCK_NAMES[c] for c in clocks], "points_limit": CARD_POINTS}
 
 
-def _share_of_roof(experiment: Experiment, point: Point, result, run: RunRecord, clock: str) -> ceilings.Share:
-    """The subject's share of its roof on `clock` (lab.publish.ceilings); its status where it has no time."""
+def _share_of_roof(experiment: Experiment, point: Point, name: str, run: RunRecord, clock: str) -> ceilings.Share:
+    """Profile `name`'s share of its roof on `clock` (lab.publish.ceilings); its status where it has no time."""
+    result = point.results.get(name)
     timing = clock_timing(result, clock)
     if timing is None:
         return ceilings.Share(fmt.DASH, fmt.DASH if result is None else result.status)
-    return ceilings.share(experiment, point, run, result, timing[0])
+    return ceilings.share(experiment, point, run, name, result, timing[0])
 
 
 def _commit_note(runs: list[RunRecord], labels: dict[str, str]) -> Md:
@@ -195,8 +197,7 @@ def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
                 if experiment.x_axis and experiment.x_axis in point.shape:
                     x = f"{point.shape[experiment.x_axis]:,}"
                 short = short or j.effect != MEETS
-                got = _share_of_roof(experiment, point, point.results.get(experiment.claim.subject), verdict.run,
-                                     clock)
+                got = _share_of_roof(experiment, point, experiment.claim.subject, verdict.run, clock)
                 notes.append(ceilings.notes(experiment, verdict.run, [got], [point]))
                 cells.append({"pct": got.pct, "speedup": _speedup(j), "word": badges.word(j.word, j.reason)})
             rows.append({"case": case, "x": x, "cells": cells, "short": short})

@@ -142,7 +142,7 @@ def _sweep(ax, experiment: Experiment, run: RunRecord, points) -> None:
             if not _timed(result):
                 continue
             xs.append(point.shape[axis])
-            moved = moved_bytes(point, result)
+            moved = moved_bytes(experiment, point, name, result)
             mid.append(moved / (result.p50_ms * 1e-3) / 1e9)
             low.append(moved / (result.p80_ms * 1e-3) / 1e9)
             high.append(moved / (result.p20_ms * 1e-3) / 1e9)

@@ -104,7 +104,7 @@ def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgemen
             speedup = fmt.ratio(best / result.p50_ms)
             if name == experiment.claim.subject and judgement is not None and judgement.speedup is not None:
                 speedup += " " + fmt.interval(judgement.speedup.low, judgement.speedup.high)
-        rate = ceilings.share(experiment, point, run, result, result.p50_ms if ok else None)
+        rate = ceilings.share(experiment, point, run, name, result, result.p50_ms if ok else None)
         rows.append({
             "name": name,
             "role": _role(experiment, name),
@@ -146,7 +146,8 @@ def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cp
         result = point.results.get(subject)
         j = judgements.get((point.case, point.dtype))
         base = point.results.get(j.baseline) if j is not None and j.baseline else None
-        rate = ceilings.share(experiment, point, run, result, result.p50_ms if result and result.status == "ok" else None)
+        rate = ceilings.share(experiment, point, run, subject, result,
+                              result.p50_ms if result and result.status == "ok" else None)
         rows.append({
             "case": point.case,
             "x": f"{point.shape[experiment.x_axis]:,}" if experiment.x_axis in point.shape else "",
@@ -175,7 +176,7 @@ def _matrix(experiment: Experiment, points: list[Point], run: RunRecord) -> dict
             if result is None:
                 cells.append(fmt.DASH)
             elif result.status == "ok":
-                rate = ceilings.share(experiment, point, run, result, result.p50_ms)
+                rate = ceilings.share(experiment, point, run, name, result, result.p50_ms)
                 shares.append(rate)
                 cells.append(rate.cell)
             else:

@@ -73,21 +73,9 @@ from lab.measure.inputs import (
     utc_text,
 )
 from lab.measure.profiling import ProfilingRequest, profile_record
-from lab.measure.timing import (
-    CPU_TIMING,
-    GPU_TIMING,
-    CudaEventClock,
-    TimingParams,
-    WallClock,
-    describe_exception,
-    make_clock,
-    measure_copy_ceiling,
-    measure_matmul_peak,
-    measure_read2_write_ceiling,
-    measure_read_ceiling,
-    time_interleaved,
-    timing_method,
-)
+from lab.measure.timing import (CPU_TIMING, GPU_TIMING, CudaEventClock, TimingParams, WallClock, describe_exception,
+                                make_clock, measure_copy_ceiling, measure_matmul_peak, measure_read2_write_ceiling,
+                                measure_read_ceiling, time_interleaved, timing_method)
 
 # --------------------------------------------------------------------------------------------------------
 # One point: a case at a dtype, every profile

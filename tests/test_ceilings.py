@@ -52,6 +52,9 @@ def test_a_figure_above_its_ceiling_is_marked_and_the_page_says_why():
     assert got.above and got.pct == f"120% of copy{ceilings.ABOVE_MARK}"
     note = ceilings.notes(experiment, run, [got], [point])
     assert note.startswith(f"{ceilings.ABOVE_MARK} Above its ceiling: ") and "L2" in note
+    close = ceilings.share(experiment, point, run, "subject", point.results["subject"], MS_AT_1_GBPS / 10.2)
+    assert close.above and close.pct == f"102% of copy{ceilings.ABOVE_MARK}"
+    assert "within the spread" in ceilings.notes(experiment, run, [close], [point])
     declared = replace(experiment, above_ceiling="the gains vector is re-read from the L2 by every row")
     assert "re-read from the L2 by every row" in ceilings.notes(declared, run, [got], [point])
     under = ceilings.share(experiment, point, run, "subject", point.results["subject"], MS_AT_1_GBPS / 9)

@@ -8,9 +8,10 @@ reader never meets an unnamed percentage.
 
 Old records lack what later runs measure: a run without the declared ceiling falls back to its copy ceiling
 and says so; a run without a matmul peak gives its TFLOP/s alone. A figure above its ceiling is marked
-(ABOVE_MARK) and the page says why under the table (the experiment's declared reason, else the generic one):
-a measured ceiling is what a simple kernel reaches, not a law, and a byte model can count bytes the L2
-serves.
+(ABOVE_MARK) and the page says why beside the table: the experiment's declared reason; else, where the copy
+ceiling stands in for a ceiling of more reads than writes, that such traffic streams faster than a copy;
+else, within SPREAD_PCT, the spread of the ceiling's own measurement; else that a byte model can count
+bytes the L2 serves. A measured ceiling is what a plain operation reaches, not a law.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ GENERIC_ABOVE = ("part of the traffic its byte model counts is served by the L2 
                  "enough to stay there between calls, or lines re-read by neighbouring blocks), so model bytes "
                  "over time can pass a ceiling measured on buffers far larger than the L2")
 
+SPREAD_PCT = 3  # a figure this close above its ceiling is within the spread of the ceiling's own measurement
+SPREAD_ABOVE = (f"by at most {SPREAD_PCT}%, within the spread of the ceiling's own measurement: the kernel streams "
+                "as well as the plain operation timed for the ceiling")
 STAND_IN_ABOVE = ("the copy ceiling stands in for the ceiling matching this traffic, and traffic with more reads "
                   "than writes streams faster than a copy")
 
@@ -93,6 +97,7 @@ class Share:
     rate: str
     pct: str
     above: bool = False
+    value: float | None = None  # the share in %, unrounded
 
     @property
     def cell(self) -> str:
@@ -119,7 +124,7 @@ def share(experiment: Experiment, point: Point, run: RunRecord, name: str | None
 
 def _share(rate: str, pct: float, name: str) -> Share:
     above = pct > 100
-    return Share(rate, f"{fmt.percent(pct)} of {name}{ABOVE_MARK if above else ''}", above)
+    return Share(rate, f"{fmt.percent(pct)} of {name}{ABOVE_MARK if above else ''}", above, pct)
 
 
 def notes(experiment: Experiment, run: RunRecord, shares: list[Share], points: list[Point]) -> str:
@@ -128,8 +133,10 @@ def notes(experiment: Experiment, run: RunRecord, shares: list[Share], points: l
     said = []
     memory = [p for p in points if point_bound(experiment, p) == MEMORY]
     stand_in = bool(memory) and experiment.traffic != COPY and run_ceiling(run, experiment.traffic) is None
-    if any(s.above for s in shares):
-        why = experiment.above_ceiling or (STAND_IN_ABOVE if stand_in else GENERIC_ABOVE)
+    above = [s.value for s in shares if s.above]
+    if above:
+        close = max(above) <= 100 + SPREAD_PCT
+        why = experiment.above_ceiling or (STAND_IN_ABOVE if stand_in else SPREAD_ABOVE if close else GENERIC_ABOVE)
         said.append(f"{ABOVE_MARK} Above its ceiling: {why}.")
     if stand_in:
         said.append(f"This run predates the {CEILING_NAMES[experiment.traffic]} ceiling that matches this "

@@ -17,7 +17,7 @@ import torch
 
 from experiments import _softmax as sm
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Case, Claim, Experiment, Profile
+from experiments.spec import COPY, PARITY, READ2_WRITE, Case, Claim, Experiment, Profile
 
 SEED = 20261123  # change it to draw other row lengths; the drawn N are in every record
 COUNT = 64
@@ -113,6 +113,7 @@ def experiment(backward: bool, slug: str, source_file: str, profiles: tuple[Prof
         ),
         tolerance=sm.BACKWARD_TOLERANCE if backward else sm.FORWARD_TOLERANCE,
         x_axis="N",
+        traffic=READ2_WRITE if backward else COPY,  # backward: y and dy read, dx written
         source_file=source_file,
         row_inputs=("y", "dy") if backward else ("x",),
     )

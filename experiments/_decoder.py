@@ -18,7 +18,7 @@ import functools
 
 import torch
 
-from experiments.spec import Case, Profile
+from experiments.spec import COMPUTE, MEMORY, Case, Profile
 from kernels.decoder_block import FUSED_QKV_MAX_ROWS, LabDecoderBlock, sources_for
 from kernels.reference_decoder import LLAMA_8B, DecoderBlock, DecoderWeights, KVCache
 from lab.measure.breakdown import triton_kernel_names
@@ -54,12 +54,17 @@ TOLERANCE = {torch.bfloat16: 2.5e-2}
 INT8_TOLERANCE = {torch.bfloat16: 5e-2}
 INT4_TOLERANCE = {torch.bfloat16: 3e-1}
 
-PARAMETERS = CONFIG.parameter_count()  # the projections' weights
+PARAMETERS = CONFIG.parameter_count()  # the projections' weights and the two norms' gains
+PROJECTION_SHAPES = tuple(s for s in DecoderWeights.shapes(CONFIG).values() if len(s) == 2)  # [N, K] each
+NORM_PARAMETERS = sum(s[0] for s in DecoderWeights.shapes(CONFIG).values() if len(s) == 1)
+INT4_GROUP = 128  # inputs per int4 scale (the lab-int4 block is built with it)
 
 BYTE_MODEL = (
     "the projections' weights read once (218.1 M parameters · size), the hidden states read and written once "
     "(2·T·4096·size for T tokens) and, at decode, the KV cache read once (2·B·8·(KV+1)·128·size): the least a "
-    "layer moves"
+    "layer moves. The int8 and int4 profiles count their own weights instead: one byte per weight plus one "
+    "scale per output row (int8), half a byte per weight plus one scale per 128 inputs of a row (int4), "
+    "scales and the norms' gains at size"
 )
 FLOP_MODEL = (
     "2·T·218.1 M for the projections, plus attention's 4·B·32·128·S²/2 at causal prefill or 4·B·32·128·(KV+1) "
@@ -93,13 +98,37 @@ def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def bytes_moved(case: Case, dtype: torch.dtype) -> int:
+def weight_bytes(quant: str | None, size: int) -> int:
+    """Bytes of the layer's weights as a call reads them: every parameter at `size` bytes (quant None), or
+    the projections quantised (kernels/quantize.py), int8 with one scale per output row, int4 packed two a
+    byte with one scale per INT4_GROUP inputs of a row; scales and the norms' gains at `size`."""
+    if quant is None:
+        return PARAMETERS * size
+    total = NORM_PARAMETERS * size
+    for n, k in PROJECTION_SHAPES:
+        if quant == "int8":
+            total += n * k + n * size
+        elif quant == "int4":
+            total += n * k // 2 + n * (k // INT4_GROUP) * size
+        else:
+            raise ValueError(f"weight_bytes: quant must be None, 'int8' or 'int4', got {quant!r}")
+    return total
+
+
+def bytes_moved(case: Case, dtype: torch.dtype, quant: str | None = None) -> int:
+    """The byte model (BYTE_MODEL) of the layer with `quant` weights (None: the experiment's, unquantised)."""
     size = element_size(dtype)
     tokens = case["B"] * case["S"]
-    total = PARAMETERS * size + 2 * tokens * CONFIG.hidden * size
+    total = weight_bytes(quant, size) + 2 * tokens * CONFIG.hidden * size
     if is_decode(case):
         total += 2 * case["B"] * CONFIG.n_kv_heads * (case["KV"] + 1) * CONFIG.head_dim * size
     return total
+
+
+def bound(case: Case) -> str:
+    """Prefill multiplies every weight by thousands of tokens (compute-bound); decode reads every weight for
+    a few tokens (memory-bound, reads dominating)."""
+    return MEMORY if is_decode(case) else COMPUTE
 
 
 def tokens(shape) -> int:
@@ -151,7 +180,7 @@ def block(kind: str, dtype: torch.dtype, device: str):
     if kind == "eager":
         return DecoderBlock(weights, CONFIG)
     quant = {"lab": None, "lab-int8": "int8", "lab-int4": "int4"}[kind]
-    return LabDecoderBlock(weights, CONFIG, quant=quant, decode_attention=DECODE_ATTENTION)
+    return LabDecoderBlock(weights, CONFIG, quant=quant, decode_attention=DECODE_ATTENTION, group_size=INT4_GROUP)
 
 
 @functools.cache
@@ -222,10 +251,12 @@ def profiles() -> tuple[Profile, ...]:
                 _runner("lab"), LAB_SOURCES, plan=lambda case, dtype: op_sources("lab", case), unsupported=_unsupported_on_cpu),
         Profile("lab-int8", f"the lab's block with weight-only int8 projections (kernels/dequant_linear.py){_AS_LAB}",
                 _runner("lab-int8"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int8", case),
-                unsupported=_quantised_unsupported, tolerance=INT8_TOLERANCE),
+                unsupported=_quantised_unsupported, tolerance=INT8_TOLERANCE,
+                bytes_moved=functools.partial(bytes_moved, quant="int8")),
         Profile("lab-int4", f"the lab's block with weight-only int4 projections (kernels/dequant_linear.py){_AS_LAB}",
                 _runner("lab-int4"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int4", case),
-                unsupported=_quantised_unsupported, tolerance=INT4_TOLERANCE),
+                unsupported=_quantised_unsupported, tolerance=INT4_TOLERANCE,
+                bytes_moved=functools.partial(bytes_moved, quant="int4")),
     )
 
 

@@ -4,7 +4,7 @@ import torch
 
 from experiments import _attention as at
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Claim, Experiment
+from experiments.spec import COMPUTE, PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="attention-bwd",
@@ -59,5 +59,6 @@ EXPERIMENT = Experiment(
     ),
     tolerance=at.BACKWARD_TOLERANCE,
     point_columns=at.point_columns("backward"),
+    bound=COMPUTE,  # FLOPs grow with S² over inputs that grow with S
     source_file="experiments/attention_bwd.py",
 )

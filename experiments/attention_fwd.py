@@ -4,7 +4,7 @@ import torch
 
 from experiments import _attention as at
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Claim, Experiment
+from experiments.spec import COMPUTE, PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="attention-fwd",
@@ -57,5 +57,6 @@ EXPERIMENT = Experiment(
     ),
     tolerance=at.FORWARD_TOLERANCE,
     point_columns=at.point_columns("forward"),
+    bound=COMPUTE,  # FLOPs grow with S² over inputs that grow with S
     source_file="experiments/attention_fwd.py",
 )

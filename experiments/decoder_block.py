@@ -4,7 +4,7 @@ import torch
 
 from experiments import _decoder as dec
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Claim, Experiment
+from experiments.spec import PARITY, READ, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="decoder-block",
@@ -54,6 +54,8 @@ EXPERIMENT = Experiment(
         "gives every op's source, measured from its kernels' names and as the launch plan declares it."
     ),
     tolerance=dec.TOLERANCE,
+    traffic=READ,  # at decode the weights and the KV cache are read, a few rows written
+    bound=dec.bound,  # compute-bound at prefill, memory-bound at decode
     source_file="experiments/decoder_block.py",
     breakdown=dec.classify,
 )

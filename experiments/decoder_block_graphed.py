@@ -4,7 +4,7 @@ import torch
 
 from experiments import _decoder as dec
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Claim, Experiment
+from experiments.spec import PARITY, READ, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="decoder-block-graphed",
@@ -47,6 +47,7 @@ EXPERIMENT = Experiment(
         "lab's kernels."
     ),
     tolerance=dec.TOLERANCE,
+    traffic=READ,  # decode: the weights and the KV cache read, a few rows written
     source_file="experiments/decoder_block_graphed.py",
     breakdown=dec.classify,
 )

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Case, Claim, Experiment, Profile
+from experiments.spec import PARITY, READ, Case, Claim, Experiment, Profile
 from kernels import reference
 from kernels._gemv import device_sm_count
 from kernels.dequant_linear import int4_linear, int8_linear, plan_dequant_linear
@@ -229,6 +229,7 @@ EXPERIMENT = Experiment(
         "clock). Host time per call, other group sizes, asymmetric schemes and M > 64 are outside it."
     ),
     tolerance=TOLERANCE,
+    traffic=READ,  # the quantised weight and scales read; a few rows written
     source_file="experiments/dequant_linear_decode.py",
     row_inputs=("x",),
 )

@@ -4,7 +4,7 @@ import torch
 
 from experiments import _rmsnorm_linear as rl
 from experiments._margins import measured_margin
-from experiments.spec import WIN, Claim, Experiment
+from experiments.spec import READ, WIN, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="rmsnorm-linear-decode",
@@ -53,6 +53,7 @@ EXPERIMENT = Experiment(
     ),
     tolerance=rl.TOLERANCE,
     decisions=rl.DECISIONS,
+    traffic=READ,  # the weight read once; a few rows written
     source_file="experiments/rmsnorm_linear_decode.py",
     row_inputs=("x",),
 )

@@ -4,7 +4,7 @@ import torch
 
 from experiments import _rmsnorm_linear as rl
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Claim, Experiment
+from experiments.spec import COMPUTE, PARITY, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="rmsnorm-linear-prefill",
@@ -47,6 +47,7 @@ EXPERIMENT = Experiment(
     ),
     tolerance=rl.TOLERANCE,
     decisions=rl.DECISIONS,
+    bound=COMPUTE,  # thousands of rows per weight read
     source_file="experiments/rmsnorm_linear_prefill.py",
     row_inputs=("x",),
 )

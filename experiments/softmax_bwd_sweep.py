@@ -4,7 +4,7 @@ import torch
 
 from experiments import _softmax as sm
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Case, Claim, Experiment
+from experiments.spec import PARITY, READ2_WRITE, Case, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="softmax-bwd-sweep",
@@ -40,5 +40,6 @@ EXPERIMENT = Experiment(
     tolerance=sm.BACKWARD_TOLERANCE,
     x_axis="N",
     decisions=("softmax-dispatch",),
+    traffic=READ2_WRITE,  # y and dy read, dx written
     source_file="experiments/softmax_bwd_sweep.py",
 )

@@ -46,6 +46,9 @@ class Profile:
         approximation (weight-only quantisation); None: the experiment's.
     warm: called once with each set of inputs the eager-call clock will cycle through, before any of them is
         timed (e.g. to capture a CUDA graph per input set); None: nothing to prepare.
+    bytes_moved: this profile's own byte model, for a profile that moves other bytes than the experiment's
+        model counts for the same work (weight-only quantisation reads int8 or int4 weights and their scales);
+        None: the experiment's.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Profile:
     requires_note: str | None = None
     tolerance: Mapping[torch.dtype, float] | None = None
     warm: Callable[..., None] | None = None
+    bytes_moved: Callable[[Case, torch.dtype], int] | None = None
 
 
 POINT_COLUMN_UNITS = ("bytes", "count")
@@ -167,6 +171,15 @@ class Claim:
         return self.margin
 
 
+# The traffic a byte model counts, and the ceiling measured in the same run that matches it
+# (lab.measure.timing): as many bytes read as written (a copy), reads alone, or two reads to one write.
+COPY, READ, READ2_WRITE = "copy", "read", "read2-write"
+TRAFFICS = (COPY, READ, READ2_WRITE)
+# What limits a case: DRAM traffic (pages give % of the traffic's ceiling) or arithmetic (% of the matmul peak).
+MEMORY, COMPUTE = "memory", "compute"
+BOUNDS = (MEMORY, COMPUTE)
+
+
 @dataclass(frozen=True)
 class Experiment:
     slug: str
@@ -202,6 +215,31 @@ class Experiment:
     breakdown: Callable[[str, tuple[str, ...]], str] | None = None
     # Model quantities shown as columns of the points tables, beside each point's timings (none: no columns).
     point_columns: tuple[PointColumn, ...] = ()
+    # Which measured ceiling the byte model's traffic matches (TRAFFICS), and what bounds a case: MEMORY or
+    # COMPUTE for every case, or a function of the case (a layer is compute-bound at prefill, memory-bound at
+    # decode). Pages give memory-bound points as % of that ceiling, compute-bound ones as % of the matmul peak.
+    traffic: str = COPY
+    bound: str | Callable[[Case], str] = MEMORY
+    # Why a memory-bound figure can exceed its ceiling, said on the page wherever one does (empty: the
+    # generic reason, traffic the byte model counts that the L2 serves).
+    above_ceiling: str = ""
+
+    def __post_init__(self):
+        if self.traffic not in TRAFFICS:
+            raise ValueError(f"Experiment.traffic {self.traffic!r}: expected one of {', '.join(TRAFFICS)}")
+        if not callable(self.bound) and self.bound not in BOUNDS:
+            raise ValueError(f"Experiment.bound {self.bound!r}: expected one of {', '.join(BOUNDS)} or a function of "
+                             "the case")
+
+    def bound_of(self, case: Case) -> str:
+        """MEMORY or COMPUTE at `case` (MEMORY where a declared function cannot read the case)."""
+        if not callable(self.bound):
+            return self.bound
+        try:
+            bound = self.bound(case)
+        except (KeyError, TypeError, ValueError, ArithmeticError):
+            return MEMORY
+        return bound if bound in BOUNDS else MEMORY
 
     def profile(self, name: str) -> Profile:
         for p in self.profiles:

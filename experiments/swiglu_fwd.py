@@ -4,7 +4,7 @@ import torch
 
 from experiments import _swiglu as sw
 from experiments._margins import measured_margin
-from experiments.spec import PARITY, Claim, Experiment
+from experiments.spec import PARITY, READ2_WRITE, Claim, Experiment
 
 EXPERIMENT = Experiment(
     slug="swiglu-fwd",
@@ -45,6 +45,7 @@ EXPERIMENT = Experiment(
     ),
     tolerance=sw.FORWARD_TOLERANCE,
     decisions=sw.DECISIONS,
+    traffic=READ2_WRITE,  # a and b read, c written
     source_file="experiments/swiglu_fwd.py",
     row_inputs=("a", "b"),
 )

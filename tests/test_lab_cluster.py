@@ -29,6 +29,7 @@ from lab.evidence.hashing import source_hashes
 from lab.evidence.records import CPU_GPU_KEY, RecordError, RunRecord
 from lab.evidence.store import load_record, load_records, write_record
 from lab.measure import cluster, dispatch
+from lab.publish.formatting import host_label
 from lab.measure.cluster import ClusterError, Task, plan_tasks, probe, resolve_address, split_address
 from lab.measure.environment import command_line, git_state
 
@@ -235,7 +236,8 @@ def test_a_cluster_run_spreads_over_both_gpus_one_at_a_time_writes_here_and_rend
         runs.sort(key=lambda r: r.started_utc)
         assert all(a.finished_utc <= b.started_utc for a, b in zip(runs, runs[1:]))
     page = (tmp_path / "docs" / "experiments" / "cluster-a.md").read_text(encoding="utf-8")
-    assert f"on {socket.gethostname()}" in page and f"host {socket.gethostname()}, GPU " in page
+    alias = host_label(socket.gethostname())  # the record keeps the name; the page shows its alias
+    assert alias.startswith("host-") and f"on {alias}" in page and f"host {alias}, GPU " in page
 
 
 @on_ray

@@ -145,3 +145,60 @@ def test_a_missing_records_folder_is_an_error_not_an_empty_store(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(RecordsFolderError, match="is not a folder"):
         load_records(tmp_path / "file")
+
+
+# Fields added with the clean L2 flush: older records read as they always did.
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _committed_record(slug: str) -> RunRecord:
+    path = sorted((ROOT / "records" / slug).glob("*.json.gz"))[0]
+    return load_record(path)
+
+
+def test_a_committed_record_reads_with_the_old_flush_and_no_new_ceilings():
+    record = _committed_record("decoder-block")
+    assert record.timing.l2_flush == records.FLUSH_ZERO  # made before the field: the zeroing flush
+    assert record.read_ceiling is None and record.read2_write_ceiling is None
+    assert all(r.bytes_moved is None for p in record.points for r in p.results.values())
+
+
+def test_an_old_fixture_without_the_new_fields_reads_with_their_defaults():
+    data = json.loads(_record().to_json())
+    for key in ("read_ceiling", "read2_write_ceiling"):
+        del data[key]
+    del data["timing"]["l2_flush"]
+    del data["points"][0]["results"]["subject"]["bytes_moved"]
+    record = RunRecord.from_dict(data)
+    assert record.timing.l2_flush == records.FLUSH_ZERO
+    assert record.read_ceiling is None and record.points[0].results["subject"].bytes_moved is None
+
+
+def test_the_new_fields_round_trip(tmp_path):
+    run = _record()
+    ceiling = records.CopyCeiling(3200.0, 1 << 30, (0.34,))
+    run = replace(run, timing=replace(run.timing, l2_flush=records.FLUSH_READ), read_ceiling=ceiling,
+                  read2_write_ceiling=replace(ceiling, gbps=3300.0),
+                  points=(replace(run.points[0], results={**run.points[0].results,
+                                                          "subject": replace(run.points[0].results["subject"],
+                                                                             bytes_moved=64)}),))
+    loaded = load_record(write_record(run, tmp_path))
+    assert loaded.timing.l2_flush == records.FLUSH_READ
+    assert loaded.read_ceiling == ceiling and loaded.read2_write_ceiling.gbps == 3300.0
+    assert loaded.points[0].results["subject"].bytes_moved == 64
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["timing"].update(l2_flush="evict"), r"timing.l2_flush.*'evict' is not one of"),
+        (lambda d: d.update(read_ceiling={"gbps": -1.0, "bytes_copied": 1, "samples_ms": [1.0]}), "read_ceiling.gbps"),
+        (lambda d: d["points"][0]["results"]["subject"].update(bytes_moved=0), r"results\['subject'\].bytes_moved"),
+    ],
+)
+def test_the_new_fields_are_validated(mutate, message):
+    data = json.loads(_record().to_json())
+    mutate(data)
+    with pytest.raises(RecordError, match=message):
+        RunRecord.from_dict(data)

@@ -179,7 +179,7 @@ def test_the_summary_card_and_the_gpus_side_by_side(outputs):
     assert "kl-word--slower" in card and "kl-word--faster" in card
     assert "[`a1a1a1`](../records/fixture-single/20260301T100000Z-nvidia-test-gpu-a-a1a1a1.json)" in card
     side = single[single.index("## GPUs side by side"):single.index("## History")]
-    assert ("| Case | Test GPU A: % of its ceiling · speedup [95% CI] | Test GPU A | Test GPU B: % of its ceiling · "
+    assert ("| Case | Test GPU A: % of its roof · speedup [95% CI] | Test GPU A | Test GPU B: % of its roof · "
             "speedup [95% CI] | Test GPU B |") in side
     assert "different commits" in side or "one commit" in side
 
@@ -341,7 +341,7 @@ def test_a_sweep_with_a_flop_model_shows_tflops_beside_each_time():
     page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
 
     header, rows = page_table(page, "| Case | `subject` µs |")
-    assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "TFLOP/s", "Best baseline, µs", "its TFLOP/s",
+    assert header == ["Case", "`subject` µs", "Rate (% of its roof)", "TFLOP/s", "Best baseline, µs", "its TFLOP/s",
                       "Speedup [95% CI]", "Word"]
     assert sorted(rows) == sorted(cases)
     for case, (subject_ms, base_ms, _, _) in cases.items():
@@ -372,7 +372,7 @@ def test_a_sweep_without_a_flop_model_has_no_tflops_column():
     experiment, evidence, _, _ = _flops_evidence(flop_model=False)
     page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
     header, rows = page_table(page, "| Case | `subject` µs |")
-    assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
+    assert header == ["Case", "`subject` µs", "Rate (% of its roof)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
     assert len(rows) == 3
     header, _ = page_table(page, "| Case | Dtype | `subject` eager µs |")
     assert "its TFLOP/s" not in header

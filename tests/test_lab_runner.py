@@ -92,6 +92,9 @@ def test_run_records_every_status_and_renders_the_evidence_note(tmp_path):
     assert "kernels/softmax.py" in record.hashes and "tests/test_lab_runner.py" in record.hashes
     assert record.copy_ceiling.gbps > 0 and len(record.copy_ceiling.samples_ms) == FEW.copy_repeats
     assert record.timing.min_samples == 3 and record.timing.clock == (CudaEventClock.name if HAS_CUDA else WallClock.name)
+    assert record.timing.l2_flush == "read"  # the clean flush, said in the record
+    for ceiling in (record.read_ceiling, record.read2_write_ceiling):
+        assert ceiling.gbps > 0 and len(ceiling.samples_ms) == FEW.copy_repeats
 
     assert [(p.case, p.dtype) for p in record.points] == [("4x64", "float32"), ("4x48", "float32")]
     for case, point in zip(experiment.cases, record.points, strict=True):
@@ -237,3 +240,19 @@ def test_every_declared_experiment_is_runnable_as_declared():
 
     for experiment in all_experiments().values():
         check_declaration(experiment)
+
+
+def test_a_profile_with_its_own_byte_model_records_it_and_its_rates_divide_it():
+    half = lambda case, dtype: sm.forward_bytes(case, dtype) // 2  # noqa: E731
+    experiment = tiny_experiment(profiles=(
+        Profile("torch", "torch.softmax", lambda x: torch.softmax(x, -1)),
+        Profile("kernel", "the lab's softmax", lambda x: softmax(x, -1), sm.SOFTMAX_SOURCES, bytes_moved=half),
+    ))
+    case = experiment.cases[0]
+    point = measure_point(experiment, case, torch.float32, device=DEVICE, clock=WallClock(), params=FEW,
+                          ceiling_gbps=1.0)
+    own, other = point.results["kernel"], point.results["torch"]
+    assert own.status == other.status == "ok"
+    assert own.bytes_moved == point.bytes_moved // 2 and other.bytes_moved is None
+    assert own.gbps == pytest.approx(own.bytes_moved / (own.p50_ms * 1e-3) / 1e9)
+    assert other.gbps == pytest.approx(point.bytes_moved / (other.p50_ms * 1e-3) / 1e9)

@@ -120,3 +120,75 @@ def test_copy_ceiling_counts_read_and_write_bytes():
     assert len(ceiling.samples_ms) == CPU_TIMING.copy_repeats
     median = sorted(ceiling.samples_ms)[len(ceiling.samples_ms) // 2]
     assert ceiling.gbps == pytest.approx(2 * ceiling.bytes_copied / (median * 1e-3) / 1e9)
+
+
+# The L2 flush (lab.measure.timing.L2Flush): the same code serves the CUDA clock and the CPU path.
+
+
+def test_the_read_flush_reads_the_whole_buffer_and_writes_only_its_sink():
+    from lab.evidence.records import FLUSH_READ
+    from lab.measure.timing import L2Flush
+
+    flush = L2Flush(1 << 12, "cpu", FLUSH_READ)
+    flush.buffer.copy_(torch.arange(flush.buffer.numel(), dtype=torch.float32))  # a sum that names every element
+    before = flush.buffer.clone()
+    flush()
+    assert torch.equal(flush.buffer, before)  # nothing written over the buffer: the lines it leaves are clean
+    n = flush.buffer.numel()
+    assert flush.sink.item() == n * (n - 1) / 2  # every element was read, none skipped
+
+
+def test_the_zero_flush_writes_the_buffer_as_before():
+    from lab.evidence.records import FLUSH_ZERO
+    from lab.measure.timing import L2Flush
+
+    flush = L2Flush(1 << 12, "cpu", FLUSH_ZERO)
+    flush.buffer.fill_(3.0)
+    flush()
+    assert flush.buffer.abs().sum().item() == 0.0
+
+
+def test_a_flush_of_another_name_is_refused():
+    from lab.measure.timing import L2Flush
+
+    with pytest.raises(ValueError, match="expected one of zero, read"):
+        L2Flush(1 << 12, "cpu", "evict")
+
+
+def test_the_wall_clock_flushes_before_each_call_and_records_its_flush(monkeypatch):
+    from lab.evidence.records import FLUSH_READ
+    from lab.measure.timing import timing_method
+
+    clock = WallClock(flush_bytes=1 << 12)
+    assert clock.flush_method == FLUSH_READ
+    order = []
+    monkeypatch.setattr(clock, "_flush", lambda: order.append("flush"))
+    for _ in range(3):
+        clock.measure(lambda: order.append("call"))()
+    assert order == ["flush", "call"] * 3
+    method = timing_method(clock, CPU_TIMING)
+    assert method.l2_flush == FLUSH_READ and method.l2_flush_bytes == 1 << 12
+
+
+def test_the_ceilings_count_the_bytes_each_moves():
+    from lab.measure.timing import measure_read2_write_ceiling, measure_read_ceiling
+
+    class TwoMs:  # runs each call and says it took 2 ms: each ceiling is then its bytes over 2 ms
+        def measure(self, fn):
+            fn()
+            return lambda: 2.0
+
+        def settle(self):
+            pass
+
+        def release(self):
+            pass
+
+    clock = TwoMs()
+    copy = measure_copy_ceiling(clock, "cpu", PARAMS)
+    read = measure_read_ceiling(clock, "cpu", PARAMS)
+    add = measure_read2_write_ceiling(clock, "cpu", PARAMS)
+    for ceiling, moved in ((copy, 2), (read, 1), (add, 3)):
+        assert ceiling.bytes_copied == PARAMS.copy_bytes
+        assert ceiling.gbps == pytest.approx(moved * PARAMS.copy_bytes / 2e-3 / 1e9)
+        assert len(ceiling.samples_ms) == PARAMS.copy_repeats

@@ -95,7 +95,7 @@ def test_a_single_point_page_names_the_quantities_under_its_table():
 def test_no_declared_columns_no_extra_column():
     page = _page((), {"c1": {"M": 2, "N": 8}, "c2": {"M": 2, "N": 16}})
     header, _ = page_table(page, "| Case | `subject` µs |")
-    assert header == ["Case", "`subject` µs", "GB/s (% of ceiling)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
+    assert header == ["Case", "`subject` µs", "Rate (% of its roof)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
     assert "Fused bytes" not in page
 
 

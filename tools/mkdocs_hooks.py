@@ -4,7 +4,8 @@
   reach for a CDN, or show raw TeX, is worse than a clear error.
 * Publishes every run record under records/ (repository root) at the same path in the site,
   records/<slug>/<run-id>.json, so generated pages link the raw data and `--strict` checks those links; a
-  record stored compressed (<run-id>.json.gz) is published decompressed, as the plain JSON a browser shows.
+  record stored compressed (<run-id>.json.gz) is published decompressed, as the plain JSON a browser shows,
+  and the host it ran on is named by its alias there, as on the pages (KERNEL_LAB_SHOW_HOSTS=1 keeps names).
   Nothing else there is published: another file, or one behind a symbolic link, is left out with a warning
   (which fails a --strict build).
   `mkdocs serve` watches records/ as soon as it exists.
@@ -22,10 +23,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -145,15 +146,44 @@ def on_nav(nav: Navigation, config, files: Files) -> Navigation:
 # --------------------------------------------------------------------------------------------------------
 
 
-class CompressedRecord(File):
-    """A site file whose source is gzip-compressed: decompressed while it is copied into the site."""
+SHOW_HOSTS = "KERNEL_LAB_SHOW_HOSTS"  # as lab.publish.formatting.SHOW_HOSTS
+
+
+def host_alias(name: str) -> str:
+    """The alias the pages give a host (lab.publish.formatting.host_label, repeated here: the hook imports
+    nothing of the lab's); a test holds the two equal."""
+    return "host-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
+
+
+def published_record(data: bytes) -> bytes:
+    """A record's bytes as the site serves them: the host it ran on named by its alias, unless
+    KERNEL_LAB_SHOW_HOSTS=1 (the repository's record keeps the name). Anything else passes unchanged, bytes
+    that are not a JSON object with a named host included."""
+    if os.environ.get(SHOW_HOSTS) == "1":
+        return data
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return data
+    env = record.get("environment") if isinstance(record, dict) else None
+    if not isinstance(env, dict) or not isinstance(env.get("host"), str) or not env["host"]:
+        return data
+    env["host"] = host_alias(env["host"])
+    return (json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+class PublishedRecord(File):
+    """A run record copied into the site: decompressed where stored as .json.gz, its host aliased."""
 
     def copy_file(self, dirty: bool = False) -> None:
         if dirty and not self.is_modified():
             return
         os.makedirs(os.path.dirname(self.abs_dest_path), exist_ok=True)
-        with gzip.open(self.abs_src_path, "rb") as source, open(self.abs_dest_path, "wb") as out:
-            shutil.copyfileobj(source, out)
+        opener = gzip.open if self.abs_src_path.endswith(".gz") else open
+        with opener(self.abs_src_path, "rb") as source:
+            data = source.read()
+        with open(self.abs_dest_path, "wb") as out:
+            out.write(published_record(data))
 
 
 def record_files(root: Path, config) -> list[File]:
@@ -175,9 +205,7 @@ def record_files(root: Path, config) -> list[File]:
             log.warning(f"{path} is not a run record (records/<slug>/<run-id>.json.gz): not published")
             continue
         uri = path.relative_to(root).as_posix()
-        kind = CompressedRecord if uri.endswith(".json.gz") else File
-        files.append(kind.generated(config, uri.removesuffix(".gz") if kind is CompressedRecord else uri,
-                                    abs_src_path=str(path)))
+        files.append(PublishedRecord.generated(config, uri.removesuffix(".gz"), abs_src_path=str(path)))
     seen: dict[str, str] = {}
     for f in files:
         if f.src_uri in seen:

@@ -42,7 +42,7 @@ def _defining_file(fn: Callable[..., Any] | None) -> Path | None:
 def _callables(experiment: Experiment) -> Iterable[Callable[..., Any] | None]:
     yield from (experiment.make_inputs, experiment.reference, experiment.bytes_moved, experiment.flops)
     for profile in experiment.profiles:
-        yield from (profile.run, profile.plan, profile.unsupported)
+        yield from (profile.run, profile.plan, profile.unsupported, profile.bytes_moved)
 
 
 def _repo_paths(paths: Iterable[str], callables: Iterable[Callable[..., Any] | None], root: Path) -> list[str]:

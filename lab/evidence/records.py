@@ -19,7 +19,9 @@ profiled); so is the eager-call clock (lab.measure.eager): per profile result `e
 `eager_copies`, per run `eager` (the method), all absent or null in records made before it existed; and so
 are the environment's `host` (runs since it was added), `worker` (runs made by a cluster worker,
 lab.measure.cluster: where the scheduler placed it) and a profile result's `breakdown` (its kernel time op by
-op, lab.measure.breakdown; experiments that declare a classifier only).
+op, lab.measure.breakdown; experiments that declare a classifier only). Added with the clean L2 flush: the
+timing's `l2_flush` ("zero" where absent: older runs zeroed the flush buffer), the run's `read_ceiling` and
+`read2_write_ceiling` (null where absent), and a profile result's own `bytes_moved` (null: the point's).
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ from typing import Any
 from lab.evidence.checks import (MAX_MS, Absent, RecordError, case_name, dimension, fields, got, identifier, integer,
                                  list_of, mapping, number, one_of, optional, run_id, text, time_ms, utc_time)
 from lab.evidence.record_parts import (ENVIRONMENT, GIT, HASHES, MAX_SAMPLES, breakdown, figure, plan, point_profiling,
-                                       run_profiling, samples_ms, short_text)
+                                       run_profiling, samples_ms)
+
+from lab.evidence.methods import (  # noqa: F401 - re-exported: a record's parts are read from here
+    CEILING_FIELDS, EAGER_METHOD_FIELDS, FLUSH_READ, FLUSH_ZERO, L2_FLUSHES, PEAK_FIELDS, TIMING_FIELDS, CopyCeiling,
+    EagerMethod, MatmulPeak, TimingMethod)
 
 SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = (1,)
@@ -124,6 +130,8 @@ class ProfileResult:
     totals, or why there are none) and is None where the point was not profiled. `eager` holds the same
     profile on the eager-call clock; None in records made before that clock existed (GPU time only).
     `breakdown` holds its kernel time op by op (lab.measure.breakdown), None unless the experiment asks.
+    `bytes_moved` is this profile's own byte model where the profile declares one (a quantised profile reads
+    fewer weight bytes than the point's model counts); None: the point's `bytes_moved` (every older record).
     """
 
     status: str
@@ -141,6 +149,7 @@ class ProfileResult:
     profiling: dict | None = None
     eager: EagerResult | None = None
     breakdown: dict | None = None
+    bytes_moved: int | None = None
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "ProfileResult":
@@ -168,6 +177,7 @@ RESULT_FIELDS = fields({
     "profiling": Absent(point_profiling),
     "eager": Absent(optional(EagerResult.from_dict)),
     "breakdown": Absent(breakdown),
+    "bytes_moved": Absent(optional(integer(1))),
 })
 
 
@@ -213,123 +223,6 @@ POINT_FIELDS = fields({
 
 
 @dataclass(frozen=True)
-class CopyCeiling:
-    """The device-to-device copy bandwidth measured in the same run: read + write bytes over the median."""
-
-    gbps: float
-    bytes_copied: int
-    samples_ms: tuple[float, ...]
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> "CopyCeiling":
-        return _build(cls, CEILING_FIELDS, data, where)
-
-
-CEILING_FIELDS = fields({
-    "gbps": number(0.0, 1e9, above=True),
-    "bytes_copied": integer(1),
-    "samples_ms": list_of(time_ms, min_length=1, max_length=MAX_SAMPLES),
-})
-
-
-@dataclass(frozen=True)
-class MatmulPeak:
-    """A dense matmul's TFLOP/s in the same run (the roofline's flat roof): 2·m·n·k over the median sample."""
-
-    tflops: float
-    m: int
-    n: int
-    k: int
-    dtype: str
-    samples_ms: tuple[float, ...]
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> "MatmulPeak":
-        peak = _build(cls, PEAK_FIELDS, data, where)
-        implied = 2 * peak.m * peak.n * peak.k / (sorted(peak.samples_ms)[len(peak.samples_ms) // 2] * 1e-3) / 1e12
-        if not 0.5 * implied <= peak.tflops <= 2 * implied:
-            raise RecordError(f"{where}.tflops: {peak.tflops!r} does not follow from 2·m·n·k over the samples' median "
-                              f"(about {implied:.4g})")
-        return peak
-
-
-PEAK_FIELDS = fields({
-    "tflops": number(0.0, 1e6, above=True),
-    "m": integer(1, 1 << 20),
-    "n": integer(1, 1 << 20),
-    "k": integer(1, 1 << 20),
-    "dtype": identifier,
-    "samples_ms": list_of(time_ms, min_length=1, max_length=MAX_SAMPLES),
-})
-
-
-@dataclass(frozen=True)
-class TimingMethod:
-    """How the samples were taken, so a reader can judge (and a later run can repeat) them."""
-
-    clock: str  # the clock's name in lab.measure.timing, e.g. "wall-clock" or "cuda-events, device held while ..."
-    l2_flush_bytes: int
-    warmup_rounds: int
-    min_samples: int
-    max_samples: int
-    target_seconds: float
-    order: str
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> "TimingMethod":
-        timing = _build(cls, TIMING_FIELDS, data, where)
-        if timing.min_samples > timing.max_samples:
-            raise RecordError(f"{where}: min_samples {timing.min_samples} exceeds max_samples {timing.max_samples}")
-        return timing
-
-
-TIMING_FIELDS = fields({
-    "clock": short_text,
-    "l2_flush_bytes": integer(),
-    "warmup_rounds": integer(0, 1_000_000),
-    "min_samples": integer(1, MAX_SAMPLES),
-    "max_samples": integer(1, MAX_SAMPLES),
-    "target_seconds": number(0.0, 1e6),
-    "order": short_text,
-})
-
-
-@dataclass(frozen=True)
-class EagerMethod:
-    """How the eager-call clock took its samples (lab.measure.eager): calls per batch between `min_calls` and
-    `max_calls` (as many as fill about `batch_seconds`), `samples` batches per profile after `warmup_rounds`,
-    inputs cycled through copies past `copies_past_bytes`, host time over the first `host_batch_max` calls."""
-
-    clock: str
-    copies_past_bytes: int
-    warmup_rounds: int
-    samples: int
-    batch_seconds: float
-    min_calls: int
-    max_calls: int
-    host_batch_max: int
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> "EagerMethod":
-        method = _build(cls, EAGER_METHOD_FIELDS, data, where)
-        if method.min_calls > method.max_calls:
-            raise RecordError(f"{where}: min_calls {method.min_calls} exceeds max_calls {method.max_calls}")
-        return method
-
-
-EAGER_METHOD_FIELDS = fields({
-    "clock": short_text,
-    "copies_past_bytes": integer(),
-    "warmup_rounds": integer(0, 1_000_000),
-    "samples": integer(0, MAX_SAMPLES),
-    "batch_seconds": number(0.0, 1e6),
-    "min_calls": integer(0, 1 << 32),
-    "max_calls": integer(0, 1 << 32),
-    "host_batch_max": integer(0, 1 << 32),
-})
-
-
-@dataclass(frozen=True)
 class RunRecord:
     """One run of one experiment on one device (the whole file).
 
@@ -352,6 +245,9 @@ class RunRecord:
     profiling: dict | None = None
     eager: EagerMethod | None = None  # the eager-call clock's method; None in records made before it existed
     matmul_peak: MatmulPeak | None = None  # measured on GPU runs since the roofline; None before, and on the CPU
+    # Ceilings for other traffic than a copy's, measured since the clean flush; None in older records.
+    read_ceiling: CopyCeiling | None = None  # reads alone (a large sum)
+    read2_write_ceiling: CopyCeiling | None = None  # two reads to one write (an elementwise add)
     path: Path | None = field(default=None, compare=False)
 
     @property
@@ -412,6 +308,8 @@ RECORD_FIELDS = fields({
     "profiling": Absent(run_profiling),
     "eager": Absent(optional(EagerMethod.from_dict)),
     "matmul_peak": Absent(optional(MatmulPeak.from_dict)),
+    "read_ceiling": Absent(optional(CopyCeiling.from_dict)),
+    "read2_write_ceiling": Absent(optional(CopyCeiling.from_dict)),
 })
 
 SCHEMA_TABLES = {EagerResult: EAGER_RESULT_FIELDS, ProfileResult: RESULT_FIELDS, Point: POINT_FIELDS,

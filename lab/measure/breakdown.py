@@ -52,7 +52,7 @@ import torch
 
 CALL = "kernel_lab.call"
 METHOD = ("torch.profiler (CUPTI) over {calls} calls after {warmup} warm-up calls and one profiled warm-up call, "
-          "each flushed and queued behind a device hold as on the GPU-time clock ({hold:.1f} ms: {margin}x the "
+          "each flushed (L2 flush: {flush}) and queued behind a device hold as on the GPU-time clock ({hold:.1f} ms: {margin}x the "
           "longest host queueing of a warm-up call, the profiled one included): kernel, memset and copy durations "
           "per op, attributed by the op annotation around each launch (else by kernel name); gap = first start to "
           "last end, minus kernel time")
@@ -111,7 +111,8 @@ def measure_breakdown(call: Callable[[], object], classify: Classifier, clock, *
                 call()
             torch.cuda.synchronize()
     result = breakdown_from_trace(_trace_events(prof), classify)
-    result["method"] = METHOD.format(calls=calls, warmup=warmup, hold=hold, margin=HOLD_MARGIN)
+    result["method"] = METHOD.format(calls=calls, warmup=warmup, hold=hold, margin=HOLD_MARGIN,
+                                     flush=getattr(clock, "flush_method", "zero"))
     try:
         if eager_calls is None:
             eager_calls = _input_copy_calls(call, getattr(clock, "flush_bytes", 0))

@@ -49,7 +49,7 @@ class EagerParams:
     max_calls: int
 
 
-GPU_EAGER = EagerParams(warmup_rounds=1, samples=10, batch_seconds=0.003, min_calls=4, max_calls=400)
+GPU_EAGER = EagerParams(warmup_rounds=1, samples=20, batch_seconds=0.004, min_calls=4, max_calls=400)
 CPU_EAGER = EagerParams(warmup_rounds=1, samples=2, batch_seconds=0.0, min_calls=1, max_calls=1)
 
 

@@ -73,19 +73,9 @@ from lab.measure.inputs import (
     utc_text,
 )
 from lab.measure.profiling import ProfilingRequest, profile_record
-from lab.measure.timing import (
-    CPU_TIMING,
-    GPU_TIMING,
-    CudaEventClock,
-    TimingParams,
-    WallClock,
-    describe_exception,
-    make_clock,
-    measure_copy_ceiling,
-    measure_matmul_peak,
-    time_interleaved,
-    timing_method,
-)
+from lab.measure.timing import (CPU_TIMING, GPU_TIMING, CudaEventClock, TimingParams, WallClock, describe_exception,
+                                make_clock, measure_copy_ceiling, measure_matmul_peak, measure_read2_write_ceiling,
+                                measure_read_ceiling, time_interleaved, timing_method)
 
 # --------------------------------------------------------------------------------------------------------
 # One point: a case at a dtype, every profile
@@ -148,6 +138,8 @@ def measure_point(
     tolerance = float(experiment.tolerance[dtype])
     results: dict[str, ProfileResult] = {}
     calls = {}
+    # A profile's own byte model (a quantised profile's weight bytes), where it declares one.
+    own_bytes = {p.name: int(p.bytes_moved(case, dtype)) for p in profiles if p.bytes_moved is not None}
 
     def progress(what: str, advance: int = 0) -> None:
         if bar is not None:
@@ -193,14 +185,17 @@ def measure_point(
                 results[name] = ProfileResult("error", plan=checked.plan, rel_error=checked.rel_error,
                                               error=errors[name])
             else:
-                results[name] = _timed_result(checked, samples[name], bytes_moved, flops, ceiling_gbps)
+                results[name] = _timed_result(checked, samples[name], own_bytes.get(name, bytes_moved), flops,
+                                              ceiling_gbps)
+                if name in own_bytes:
+                    results[name] = replace(results[name], bytes_moved=own_bytes[name])
         progress("timed", len(calls))
     copies, eager_calls = None, {}
     timed = [p for p in profiles if results[p.name].status == "ok"]
     if eager is not None and timed:
         progress(f"eager-call clock, {len(timed)} profiles")
         copies, eager_calls = _time_eager_calls(timed, inputs, results, eager, bytes_moved, flops, ceiling_gbps,
-                                                clock)
+                                                clock, own_bytes)
     if experiment.breakdown is not None and device != "cpu":
         progress(f"op breakdown, {len(timed)} profiles")
         for p in timed:
@@ -214,7 +209,7 @@ def measure_point(
 
 def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, ProfileResult],
                       eager: tuple[EagerClock, EagerParams], bytes_moved: int, flops: int | None,
-                      ceiling_gbps: float, clock) -> tuple[int, dict[str, list]]:
+                      ceiling_gbps: float, clock, own_bytes: dict[str, int] | None = None) -> tuple[int, dict[str, list]]:
     """Time `timed` on the eager-call clock over copies of `inputs`; store each result's `eager` block and
     return how many input copies the calls cycled through, and each profile's calls over them (none where
     the copies could not be made), which the op breakdown's eager part reuses."""
@@ -232,8 +227,8 @@ def _time_eager_calls(timed: Sequence[Profile], inputs, results: dict[str, Profi
         times = EagerTimes({}, {}, {}, {p.name: describe_exception(exc) for p in timed})
         calls = {}
     for p in timed:
-        results[p.name] = replace(results[p.name], eager=_eager_result(times, p.name, bytes_moved, flops,
-                                                                       ceiling_gbps))
+        moved = (own_bytes or {}).get(p.name, bytes_moved)
+        results[p.name] = replace(results[p.name], eager=_eager_result(times, p.name, moved, flops, ceiling_gbps))
     return count, calls
 
 
@@ -376,6 +371,8 @@ def run_experiment(
     command = command_line(root)
     clock = make_clock(device)
     ceiling = measure_copy_ceiling(clock, device, params)
+    read_ceiling = measure_read_ceiling(clock, device, params)
+    read2_write_ceiling = measure_read2_write_ceiling(clock, device, params)
     peak = measure_matmul_peak(clock, device, params) if on_gpu else None
     eager_clock = EagerClock(device, copies_past_bytes=clock.flush_bytes if on_gpu else 0)
     allow_a_compile_per_point(len(experiment.cases) * len(experiment.dtypes))
@@ -405,6 +402,8 @@ def run_experiment(
         points=tuple(points),
         eager=eager_clock.method(eager_params),
         matmul_peak=peak,
+        read_ceiling=read_ceiling,
+        read2_write_ceiling=read2_write_ceiling,
     )
     if profiling is not None:
         if on_gpu:

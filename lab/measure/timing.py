@@ -2,9 +2,13 @@
 
 Method (the same on every device; only the clock differs):
 
-* Before every sample a buffer twice the size of the L2 cache is zeroed (on the CPU, a fixed
-  CPU_FLUSH_BYTES buffer), so each call reads its inputs from DRAM. The flush runs before the start
-  event and is not timed.
+* Before every sample the L2 is flushed clean (L2Flush): a buffer twice the size of the L2 cache (on the CPU,
+  a fixed CPU_FLUSH_BYTES buffer), written once when the clock is made, is read end to end by a sum into one
+  preallocated scalar. Each call then reads its inputs from DRAM, and finds the L2 holding clean lines it
+  can drop for free. The flush runs before the start event and is not timed. The older flush zeroed the
+  buffer instead: that left the L2 full of dirty lines, whose write-back to DRAM the timed call paid for, a
+  fixed cost of some microseconds that made every short kernel read slow (docs/method.md gives the
+  measured difference). Records say which flush they used (TimingMethod.l2_flush).
 * On CUDA each sample is a pair of CUDA events around one call; on the CPU (Triton's interpreter) it is
   time.perf_counter around the call. CPU figures are never performance evidence.
 * Profiles are timed in rounds: round r times every profile once, in the declaration order rotated by r,
@@ -19,8 +23,10 @@ Method (the same on every device; only the clock differs):
   The hold is sized from the host's measured queueing time of the previous round (twice that, at least
   HOLD_MIN_MS).
 
-The copy ceiling is the bandwidth of a device-to-device copy of a large buffer (read + write bytes over
-the median time), measured in the same run as the kernels it is compared with.
+The ceilings are measured in the same run as the kernels they are compared with, each on a large buffer:
+the copy ceiling, a device-to-device copy (read + write bytes over the median time); the read ceiling, a sum
+into one scalar (reads alone); the 2:1 ceiling, an elementwise add (two reads and one write). An experiment
+declares which matches its traffic (experiments.spec.Experiment.traffic).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from lab.evidence.records import CopyCeiling, MatmulPeak, TimingMethod
+from lab.evidence.records import FLUSH_READ, FLUSH_ZERO, L2_FLUSHES, CopyCeiling, MatmulPeak, TimingMethod
 
 ORDER = "interleaved rounds, declaration order rotated by one each round"
 
@@ -51,7 +57,7 @@ class TimingParams:
     copy_repeats: int
 
 
-GPU_TIMING = TimingParams(warmup_rounds=3, min_samples=20, max_samples=60, target_seconds=0.1,
+GPU_TIMING = TimingParams(warmup_rounds=3, min_samples=30, max_samples=100, target_seconds=0.15,
                           copy_bytes=1 << 30, copy_repeats=15)
 # Under the interpreter a call takes milliseconds to seconds and the figures mean nothing: a few samples
 # exercise the same code path.
@@ -63,17 +69,45 @@ CPU_FLUSH_BYTES = 1 << 22
 HOLD_MIN_MS = 0.5
 
 
+class L2Flush:
+    """Empties the L2 (or the CPU's caches) of everything a timed call could reuse, `method` deciding how.
+
+    FLUSH_READ (the lab's flush): sum the whole buffer into one preallocated scalar. Every line of the buffer
+    passes through the cache as a clean line, so whatever the previous call left (dirty output lines
+    included) is evicted, and written back, by the flush itself, while the next call finds lines it may drop
+    at no cost. The sum's result is a real output (kept in `sink`), so the read cannot be skipped; one
+    launch, no allocation. FLUSH_ZERO (the older flush, kept to compare against): write zeros over the buffer,
+    which leaves the L2 full of dirty lines the timed call must write back before its own data fits.
+    """
+
+    def __init__(self, nbytes: int, device: str, method: str = FLUSH_READ):
+        if method not in L2_FLUSHES:
+            raise ValueError(f"L2 flush {method!r}: expected one of {', '.join(L2_FLUSHES)}")
+        self.nbytes = nbytes
+        self.method = method
+        # Written once here (zeros: the sum stays 0 and finite); the first read flush evicts these dirty lines.
+        self.buffer = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        self.sink = torch.zeros((), dtype=torch.float32, device=device)
+
+    def __call__(self) -> None:
+        if self.method == FLUSH_READ:
+            torch.sum(self.buffer, dim=0, out=self.sink)
+        else:
+            self.buffer.zero_()
+
+
 class CudaEventClock:
     """Per-call CUDA-event timing with the L2 flushed before every call."""
 
     name = "cuda-events, device held while each round is queued"
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, flush_method: str = FLUSH_READ):
         props = torch.cuda.get_device_properties(torch.device(device))
         l2 = getattr(props, "L2_cache_size", 0) or (64 << 20)
         self.flush_bytes = 2 * l2
+        self.flush_method = flush_method
         self._device = device
-        self._flush_buffer = torch.empty(self.flush_bytes, dtype=torch.uint8, device=device)
+        self._flush = L2Flush(self.flush_bytes, device, flush_method)
         self._cycles_per_ms = props.clock_rate  # kHz: cycles per millisecond
         self._queue_ms = HOLD_MIN_MS
         self._queue_started = 0.0
@@ -92,8 +126,8 @@ class CudaEventClock:
         torch.cuda._sleep(int(ms * self._cycles_per_ms))
 
     def flush(self) -> None:
-        """Evict the L2 (write a buffer twice its size), as before every timed call."""
-        self._flush_buffer.zero_()
+        """Evict the L2 (see L2Flush), as before every timed call."""
+        self._flush()
 
     def measure(self, fn: Callable[[], object]) -> Callable[[], float]:
         """Queue one flushed, timed call of `fn`; the returned reader gives its ms after `settle()`."""
@@ -123,12 +157,16 @@ class WallClock:
 
     name = "wall-clock"
 
-    def __init__(self, flush_bytes: int = CPU_FLUSH_BYTES):
+    def __init__(self, flush_bytes: int = CPU_FLUSH_BYTES, flush_method: str = FLUSH_READ):
         self.flush_bytes = flush_bytes
-        self._flush_buffer = torch.empty(flush_bytes, dtype=torch.uint8)
+        self.flush_method = flush_method
+        self._flush = L2Flush(flush_bytes, "cpu", flush_method)
+
+    def flush(self) -> None:
+        self._flush()
 
     def measure(self, fn: Callable[[], object]) -> Callable[[], float]:
-        self._flush_buffer.zero_()
+        self.flush()
         start = time.perf_counter()
         fn()
         elapsed_ms = (time.perf_counter() - start) * 1e3
@@ -155,7 +193,7 @@ def timing_method(clock: CudaEventClock | WallClock, params: TimingParams) -> Ti
     return TimingMethod(
         clock=clock.name, l2_flush_bytes=clock.flush_bytes, warmup_rounds=params.warmup_rounds,
         min_samples=params.min_samples, max_samples=params.max_samples,
-        target_seconds=params.target_seconds, order=ORDER,
+        target_seconds=params.target_seconds, order=ORDER, l2_flush=clock.flush_method,
     )
 
 
@@ -225,10 +263,36 @@ def _run_rounds(names, calls, clock, rounds, errors, on_round=None) -> dict[str,
 
 def measure_copy_ceiling(clock: CudaEventClock | WallClock, device: str, params: TimingParams) -> CopyCeiling:
     """Device-to-device copy bandwidth: 2 x bytes (one read, one write) over the median time."""
-    nbytes, samples = _time_copies(clock, device, params)
-    clock.release()  # the two buffers are gone: hand their memory back before the kernels run
+    return _ceiling(clock, device, params, buffers=2, moved=2, op=lambda dst, src: dst.copy_(src))
+
+
+def measure_read_ceiling(clock: CudaEventClock | WallClock, device: str, params: TimingParams) -> CopyCeiling:
+    """Read bandwidth: a sum of the buffer into one scalar, bytes (reads alone) over the median time."""
+    return _ceiling(clock, device, params, buffers=1, moved=1, op=lambda src, sink: torch.sum(src, dim=0, out=sink))
+
+
+def measure_read2_write_ceiling(clock: CudaEventClock | WallClock, device: str, params: TimingParams) -> CopyCeiling:
+    """Two reads to one write: an elementwise add, 3 x bytes over the median time."""
+    return _ceiling(clock, device, params, buffers=3, moved=3, op=lambda out, a, b: torch.add(a, b, out=out))
+
+
+def _ceiling(clock, device: str, params: TimingParams, *, buffers: int, moved: int, op) -> CopyCeiling:
+    """Time `op` over `buffers` buffers of params.copy_bytes (a one-element sink follows a single buffer): the
+    first is written, the others read. `moved` buffers' worth of bytes cross DRAM per call."""
+    numel = params.copy_bytes // 4
+    tensors = [torch.ones(numel, dtype=torch.float32, device=device) for _ in range(buffers)]
+    if buffers == 1:
+        tensors.append(torch.empty((), dtype=torch.float32, device=device))
+    for _ in range(2):
+        op(*tensors)
+    readers = [clock.measure(lambda: op(*tensors)) for _ in range(params.copy_repeats)]
+    clock.settle()
+    samples = [read() for read in readers]
+    del tensors
+    clock.release()  # the buffers are gone: hand their memory back before the kernels run
     median_ms = statistics.median(samples)
-    return CopyCeiling(gbps=2 * nbytes / (median_ms * 1e-3) / 1e9, bytes_copied=nbytes, samples_ms=tuple(samples))
+    nbytes = numel * 4
+    return CopyCeiling(gbps=moved * nbytes / (median_ms * 1e-3) / 1e9, bytes_copied=nbytes, samples_ms=tuple(samples))
 
 
 MATMUL_SHAPE = (8192, 8192, 8192)  # bf16: long enough (about 1 ms) that the flush and the events are noise
@@ -250,14 +314,3 @@ def measure_matmul_peak(clock: CudaEventClock, device: str, params: TimingParams
     median_ms = statistics.median(samples)
     return MatmulPeak(tflops=2 * m * n * k / (median_ms * 1e-3) / 1e12, m=m, n=n, k=k, dtype="bfloat16",
                       samples_ms=tuple(samples))
-
-
-def _time_copies(clock, device: str, params: TimingParams) -> tuple[int, list[float]]:
-    numel = params.copy_bytes // 4
-    src = torch.ones(numel, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    for _ in range(2):
-        dst.copy_(src)
-    readers = [clock.measure(lambda: dst.copy_(src)) for _ in range(params.copy_repeats)]
-    clock.settle()
-    return numel * 4, [read() for read in readers]

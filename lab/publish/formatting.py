@@ -8,6 +8,8 @@ binary units (KiB, MiB, GiB) to one decimal. A missing value is an en dash.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shlex
 from typing import Mapping
 
@@ -85,6 +87,20 @@ def model_value(value: int | None, unit: str) -> str:
     if value is None:
         return DASH
     return size_bytes(value) if unit == "bytes" else f"{value:,}"
+
+
+SHOW_HOSTS = "KERNEL_LAB_SHOW_HOSTS"  # set to 1 to print hosts' real names on the pages (the records keep them)
+
+
+def host_label(name: str | None) -> str:
+    """How a page names the host a run came from: a stable alias ("host-" and the first 6 hex digits of the
+    name's sha256), never the name itself, unless KERNEL_LAB_SHOW_HOSTS=1 asks for real names. Runs from one
+    host share an alias, so a reader can still tell hosts apart. Empty for no name."""
+    if not name:
+        return ""
+    if os.environ.get(SHOW_HOSTS) == "1":
+        return name
+    return "host-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
 
 
 def short_commit(commit: str | None, dirty: bool | None) -> str:

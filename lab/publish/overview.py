@@ -25,7 +25,7 @@ from lab.evidence.verdict import (
     judge_run,
     word_counts,
 )
-from lab.publish import badges
+from lab.publish import badges, ceilings
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.escape import Md, code, compose, href
@@ -75,12 +75,15 @@ def gpu_colour(evidence: Evidence, gpu_key: str) -> str:
     return GPU_PALETTE[evidence.evidence_gpus.index(gpu_key) % len(GPU_PALETTE)]
 
 
-def _time_and_rate(point: Point, result, clock: str) -> str:
+def _time_and_rate(experiment: Experiment, point: Point, run: RunRecord, name: str | None, clock: str) -> str:
+    """Median µs and the rate a reader judges it by: GB/s where the point is memory-bound, TFLOP/s where it
+    is compute-bound (lab.publish.ceilings)."""
+    result = point.results.get(name) if name else None
     timing = clock_timing(result, clock)
     if timing is None:
         return fmt.DASH if result is None else result.status
     p50 = timing[0]
-    return Md(f"{fmt.latency_us(p50)} µs<br>{fmt.gbps(point.bytes_moved / (p50 * 1e-3) / 1e9)} GB/s")
+    return Md(f"{fmt.latency_us(p50)} µs<br>{ceilings.share(experiment, point, run, name, result, p50).rate}")
 
 
 def _speedup(j: PointJudgement | None, between: str = " ") -> str:
@@ -137,8 +140,9 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                         "gpu": evidence.gpu_labels[key],
                         "where": (f"{which}: " if which else "") + j.case + (f" · {dtype}" if several else ""),
                         "clock": CLOCK_NAMES[clock],
-                        "subject": _time_and_rate(point, point.results.get(subject), clock),
-                        "baseline": compose("{}<br>{}", code(j.baseline), _time_and_rate(point, base, clock))
+                        "subject": _time_and_rate(experiment, point, run, subject, clock),
+                        "baseline": compose("{}<br>{}", code(j.baseline),
+                                            _time_and_rate(experiment, point, run, j.baseline, clock))
                         if base else fmt.DASH,
                         "speedup": _speedup(j, "<br>"),
                         "word": badges.word(j.word, j.reason),
@@ -146,12 +150,13 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
     return {"gpus": gpus, "rows": rows, "clocks": [CLOCK_NAMES[c] for c in clocks], "points_limit": CARD_POINTS}
 
 
-def _pct_of_ceiling(point: Point, result, run: RunRecord, clock: str) -> str:
+def _share_of_roof(experiment: Experiment, point: Point, name: str, run: RunRecord, clock: str) -> ceilings.Share:
+    """Profile `name`'s share of its roof on `clock` (lab.publish.ceilings); its status where it has no time."""
+    result = point.results.get(name)
     timing = clock_timing(result, clock)
     if timing is None:
-        return fmt.DASH if result is None else result.status
-    gbps = point.bytes_moved / (timing[0] * 1e-3) / 1e9
-    return fmt.percent(100 * gbps / run.copy_ceiling.gbps)
+        return ceilings.Share(fmt.DASH, fmt.DASH if result is None else result.status)
+    return ceilings.share(experiment, point, run, name, result, timing[0])
 
 
 def _commit_note(runs: list[RunRecord], labels: dict[str, str]) -> Md:
@@ -172,7 +177,8 @@ def _commit_note(runs: list[RunRecord], labels: dict[str, str]) -> Md:
 
 def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
     """Every GPU's newest run next to the others on `clock`: per dtype a speedup plot and one table, a row per
-    point with each GPU's subject at its share of that GPU's own copy ceiling, its speedup and its word."""
+    point with each GPU's subject at its share of that GPU's own roof (the ceiling matching its traffic, or
+    the matmul peak where compute-bound; lab.publish.ceilings), its speedup and its word."""
     experiment = evidence.experiments[slug]
     found = performance_verdicts(evidence, slug, clock)
     base = {"clock": clock, "clock_name": CLOCK_NAMES[clock], "gpus": [], "dtypes": [], "note": ""}
@@ -183,7 +189,7 @@ def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
     tables = []
     for dtype in dtypes:
         cases = list(dict.fromkeys(p.case for run in runs for p in run.points if p.dtype == dtype))
-        rows = []
+        rows, notes = [], []
         for case in cases:
             cells, short, x = [], False, ""
             for _, verdict in found:
@@ -195,11 +201,12 @@ def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
                 if experiment.x_axis and experiment.x_axis in point.shape:
                     x = f"{point.shape[experiment.x_axis]:,}"
                 short = short or j.effect != MEETS
-                cells.append({"pct": _pct_of_ceiling(point, point.results.get(experiment.claim.subject),
-                                                     verdict.run, clock),
-                              "speedup": _speedup(j), "word": badges.word(j.word, j.reason)})
+                got = _share_of_roof(experiment, point, experiment.claim.subject, verdict.run, clock)
+                notes.append(ceilings.notes(experiment, verdict.run, [got], [point]))
+                cells.append({"pct": got.pct, "speedup": _speedup(j), "word": badges.word(j.word, j.reason)})
             rows.append({"case": case, "x": x, "cells": cells, "short": short})
         tables.append({"dtype": dtype, "rows": rows, "short_rows": [r for r in rows if r["short"]],
+                       "ceiling_note": " ".join(dict.fromkeys(n for n in notes if n)),
                        "plot": href(f"{PLOTS}/{speedup_plot_filename(slug, dtype, clock)}"), "long": len(rows) > 12})
     return {**base, "gpus": [evidence.gpu_labels[key] for key, _ in found], "dtypes": tables,
             "note": _commit_note(runs, evidence.gpu_labels)}
@@ -250,7 +257,7 @@ def history(evidence: Evidence, slug: str) -> dict:
             counts = word_counts(points) or fmt.DASH
             states.append({"clock": clock, "state": state, "counts": counts,
                            "badge": badges.badge(state, f"{run.run_id}: {counts}") if state else fmt.DASH})
-        host = run.environment.get("host")  # runs from several hosts of one model, told apart
+        host = fmt.host_label(run.environment.get("host"))  # runs from several hosts of one model, told apart
         label = evidence.gpu_labels[run.gpu_key] + (f" on {host}" if host else "")
         rows.append({**run_ref(run, label), "gpu_key": run.gpu_key, "states": states,
                      "status": status, "points": len(run.points)})

@@ -2,8 +2,9 @@
 (render_speedup_plot).
 
 * A sweep (experiment.x_axis set): model throughput (GB/s) against the swept dimension, one line per
-  profile at its median, a band from its p80 to its p20 time, and the copy ceiling measured in the same run
-  as a dashed line.
+  profile at its median, a band from its p80 to its p20 time, and the ceiling matching the experiment's
+  traffic measured in the same run (lab.publish.ceilings; the copy ceiling in runs that predate it) as a
+  dashed line.
 * Single cases: median latency bars per profile (grouped by case), error bars from p20 to p80; a profile
   that did not run correctly shows its status in place of a bar.
 * Speedup: the subject's speedup over the best baseline at each point with its 95% interval, one colour per
@@ -28,9 +29,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-from experiments.spec import Experiment  # noqa: E402
+from experiments.spec import COPY, Experiment  # noqa: E402
 from lab.evidence.records import CPU_EVIDENCE, RunRecord  # noqa: E402
 from lab.evidence.verdict import AGAINST, CLOCK_NAMES, GPU_TIME, PointJudgement, tie_band  # noqa: E402
+from lab.publish.ceilings import CEILING_NAMES, moved_bytes, run_ceiling  # noqa: E402
 
 STYLE = {
     "svg.hashsalt": "kernel-lab",
@@ -140,18 +142,21 @@ def _sweep(ax, experiment: Experiment, run: RunRecord, points) -> None:
             if not _timed(result):
                 continue
             xs.append(point.shape[axis])
-            mid.append(point.bytes_moved / (result.p50_ms * 1e-3) / 1e9)
-            low.append(point.bytes_moved / (result.p80_ms * 1e-3) / 1e9)
-            high.append(point.bytes_moved / (result.p20_ms * 1e-3) / 1e9)
+            moved = moved_bytes(experiment, point, name, result)
+            mid.append(moved / (result.p50_ms * 1e-3) / 1e9)
+            low.append(moved / (result.p80_ms * 1e-3) / 1e9)
+            high.append(moved / (result.p20_ms * 1e-3) / 1e9)
         if not xs:
             continue
         subject = name == experiment.claim.subject
         ax.plot(xs, mid, color=colours[name], linewidth=2.4 if subject else 1.3, zorder=5 if subject else 2,
                 marker="." if len(xs) < 40 else None, label=f"{name} (subject)" if subject else name)
         ax.fill_between(xs, low, high, color=colours[name], alpha=0.18, linewidth=0, zorder=4 if subject else 1)
-    ceiling = run.copy_ceiling.gbps
+    declared = run_ceiling(run, experiment.traffic)  # the ceiling matching the traffic, else the copy ceiling
+    name = CEILING_NAMES[experiment.traffic] if declared is not None else CEILING_NAMES[COPY]
+    ceiling = (declared or run.copy_ceiling).gbps
     ax.axhline(ceiling, color=CEILING_COLOUR, linestyle="--", linewidth=1.0,
-               label=f"copy ceiling ({ceiling:,.0f} GB/s)")
+               label=f"{name} ceiling ({ceiling:,.0f} GB/s)")
     _log_axis_if_wide(ax, [p.shape[axis] for p in points])
     ax.yaxis.set_major_formatter(NUMBER_FORMAT)
     ax.set_xlabel(axis)

@@ -17,7 +17,7 @@ import torch
 
 from experiments.spec import PARITY, Case, Experiment, PointColumn
 from lab.evidence.checks import IDENTIFIER, IDENTIFIER_TEXT
-from lab.evidence.records import CPU_GPU_KEY, Point, RunRecord
+from lab.evidence.records import CPU_GPU_KEY, FLUSH_READ, FLUSH_ZERO, Point, RunRecord
 from lab.evidence.verdict import (
     AGAINST,
     CLOCK_WORDS,
@@ -31,7 +31,7 @@ from lab.evidence.verdict import (
     plural,
     word_counts,
 )
-from lab.publish import badges
+from lab.publish import badges, ceilings
 from lab.publish import formatting as fmt
 from lab.publish import overview
 from lab.publish.clocks import clock_legend, eager_section, margins_basis, margins_text
@@ -92,7 +92,8 @@ def _role(experiment: Experiment, name: str) -> str:
     return "baseline" if name in experiment.claim.baselines else ""
 
 
-def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgement | None, cpu: bool) -> list[dict]:
+def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgement | None, cpu: bool,
+                  run: RunRecord) -> list[dict]:
     ok_medians = [point.results[b].p50_ms for b in experiment.claim.baselines
                   if b in point.results and point.results[b].status == "ok"]
     best = min(ok_medians, default=None)
@@ -105,14 +106,16 @@ def _profile_rows(experiment: Experiment, point: Point, judgement: PointJudgemen
             speedup = fmt.ratio(best / result.p50_ms)
             if name == experiment.claim.subject and judgement is not None and judgement.speedup is not None:
                 speedup += " " + fmt.interval(judgement.speedup.low, judgement.speedup.high)
+        rate = ceilings.share(experiment, point, run, name, result, result.p50_ms if ok else None)
         rows.append({
             "name": name,
             "role": _role(experiment, name),
             "status": _status_cell(result),
             "p50": fmt.latency_us(result.p50_ms),
             "range": fmt.latency_range_us(result.p20_ms, result.p80_ms),
-            "gbps": fmt.gbps(result.gbps),
-            "pct": fmt.percent(result.pct_of_ceiling),
+            "gbps": rate.rate,
+            "pct": rate.pct,
+            "share": rate,
             "tflops": fmt.point_tflops(point.flops, result.tflops),
             "speedup": speedup,
             "error": fmt.rel_error(result.rel_error),
@@ -137,19 +140,23 @@ def _column_value(column: PointColumn, point: Point) -> str:
     return fmt.model_value(value if valid else None, column.unit)
 
 
-def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cpu: bool) -> list[dict]:
+def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cpu: bool,
+               run: RunRecord) -> list[dict]:
     rows = []
     subject = experiment.claim.subject
     for point in points:
         result = point.results.get(subject)
         j = judgements.get((point.case, point.dtype))
         base = point.results.get(j.baseline) if j is not None and j.baseline else None
+        rate = ceilings.share(experiment, point, run, subject, result,
+                              result.p50_ms if result and result.status == "ok" else None)
         rows.append({
             "case": point.case,
             "x": f"{point.shape[experiment.x_axis]:,}" if experiment.x_axis in point.shape else "",
             "subject_p50": fmt.latency_us(result.p50_ms) if result else fmt.DASH,
-            "subject_gbps": fmt.gbps(result.gbps) if result else fmt.DASH,
-            "subject_pct": fmt.percent(result.pct_of_ceiling) if result else fmt.DASH,
+            "subject_gbps": rate.rate,
+            "subject_pct": rate.pct,
+            "share": rate,
             "subject_tflops": fmt.point_tflops(point.flops, result.tflops if result else None),
             "subject_status": _status_cell(result) if result else "absent",
             "baseline_p50": fmt.latency_us(base.p50_ms) if base else fmt.DASH,
@@ -160,10 +167,10 @@ def _case_rows(experiment: Experiment, points: list[Point], judgements: dict, cp
     return rows
 
 
-def _matrix(experiment: Experiment, points: list[Point]) -> dict:
-    """Every profile's GB/s (and % of ceiling) at every case: the full table of a sweep."""
+def _matrix(experiment: Experiment, points: list[Point], run: RunRecord) -> dict:
+    """Every profile's rate (and its share of its roof) at every case: the full table of a sweep."""
     names = profile_names(experiment, points)
-    rows = []
+    rows, shares = [], []
     for point in points:
         cells = []
         for name in names:
@@ -171,11 +178,13 @@ def _matrix(experiment: Experiment, points: list[Point]) -> dict:
             if result is None:
                 cells.append(fmt.DASH)
             elif result.status == "ok":
-                cells.append(f"{fmt.gbps(result.gbps)} ({fmt.percent(result.pct_of_ceiling)})")
+                rate = ceilings.share(experiment, point, run, name, result, result.p50_ms)
+                shares.append(rate)
+                cells.append(rate.cell)
             else:
                 cells.append(_status_mark(result.status))
         rows.append({"case": point.case, "cells": cells})
-    return {"names": names, "rows": rows}
+    return {"names": names, "rows": rows, "shares": shares}
 
 
 def _not_timed(experiment: Experiment, points: list[Point]) -> list[dict]:
@@ -209,7 +218,6 @@ def _plans(experiment: Experiment, run: RunRecord) -> list[dict]:
 def _run_facts(run: RunRecord, gpu_label: str) -> dict:
     env = run.environment
     smi = env.get("nvidia_smi") or {}
-    ceiling = run.copy_ceiling
     software = [f"torch {env.get('torch') or fmt.DASH}", f"Triton {env.get('triton') or fmt.DASH}"]
     if env.get("cuda"):
         software.append(f"CUDA {env['cuda']}")
@@ -229,7 +237,7 @@ def _run_facts(run: RunRecord, gpu_label: str) -> dict:
         device.append(f"memory clock {smi['memory_clock_mhz']} MHz")
     if env.get("host"):
         gpu_ids = (env.get("worker") or {}).get("gpu_ids", ())
-        device.append(f"host {env['host']}" + "".join(f", GPU {i}" for i in gpu_ids))
+        device.append(f"host {fmt.host_label(env['host'])}" + "".join(f", GPU {i}" for i in gpu_ids))
     return {
         **overview.run_ref(run, gpu_label),
         "started": run.started_utc,
@@ -237,8 +245,7 @@ def _run_facts(run: RunRecord, gpu_label: str) -> dict:
         "command": fmt.reader_command(run.command),
         "software": ", ".join(software),
         "device": ", ".join(device) or fmt.DASH,
-        "ceiling": (f"{fmt.gbps(ceiling.gbps)} GB/s (device-to-device copy of {fmt.size_bytes(ceiling.bytes_copied)}, "
-                    f"read + write, median of {len(ceiling.samples_ms)})"),
+        "ceiling": ceilings.ceilings_text(run),
         "timing": _timing_text(run),
     }
 
@@ -250,7 +257,7 @@ def _timing_text(run: RunRecord) -> str:
     else:
         samples = (f"{t.min_samples}–{t.max_samples} samples per point (as many as fit in about "
                    f"{t.target_seconds:g} s of the slowest profile)")
-    return (f"{t.clock}, L2 flushed ({fmt.size_bytes(t.l2_flush_bytes)} zeroed) before every call, "
+    return (f"{t.clock}, {FLUSH_TEXT.get(t.l2_flush, t.l2_flush).format(size=fmt.size_bytes(t.l2_flush_bytes))}, "
             f"{fmt.plural(t.warmup_rounds, 'warm-up round')} discarded, {samples}, {t.order}")
 
 
@@ -262,6 +269,15 @@ def page_anchor(gpu_key: str, *parts: str) -> Md:
         if not IDENTIFIER.fullmatch(name):
             raise ValueError(f"an anchor is made of names of {IDENTIFIER_TEXT}, not {name!r}")
     return Md("-".join(("gpu", gpu_key, *parts)))
+
+
+# How each L2 flush (lab.evidence.records.L2_FLUSHES) reads in a run's timing facts.
+FLUSH_TEXT = {
+    FLUSH_READ: "L2 flushed clean before every call ({size} read by a sum, leaving clean lines)",
+    FLUSH_ZERO: ("L2 flushed before every call by zeroing {size}: the older flush, which left the L2 full of dirty "
+                 "lines the call wrote back first, so calls shorter than about 50 µs read some µs slow "
+                 "(docs/method.md)"),
+}
 
 
 def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_names: Mapping[str, str],
@@ -276,7 +292,11 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
         points = [p for p in run.points if p.dtype == dtype]
         single = len(points) == 1
         judgement = judgements.get((points[0].case, dtype))
-        case_rows = [] if single else _case_rows(experiment, points, judgements, cpu)
+        case_rows = [] if single else _case_rows(experiment, points, judgements, cpu, run)
+        profile_rows = _profile_rows(experiment, points[0], judgement, cpu, run) if single else []
+        matrix = None if single else _matrix(experiment, points, run)
+        shares = ([r["share"] for r in profile_rows] + [r["share"] for r in case_rows]
+                  + (matrix["shares"] if matrix else []))
         dtypes.append({
             "dtype": dtype,
             "anchor": page_anchor(gpu_key, dtype),
@@ -285,14 +305,15 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
             "single": single,
             "point": points[0],
             "checked_rows": _checked_rows_text(points),
-            "profile_rows": _profile_rows(experiment, points[0], judgement, cpu) if single else [],
+            "profile_rows": profile_rows,
+            "ceiling_note": ceilings.notes(experiment, run, shares, points),
             "judgement": _judgement_row(judgement, cpu) if single else None,
             "case_rows": case_rows,
             # Points against the claim first, then those short of it: the rows a reader must see.
             "short_rows": sorted((r for r in case_rows if r["effect"] not in ("", MEETS)),
                                  key=lambda r: r["effect"] != AGAINST),
             "long": len(case_rows) > 12,
-            "matrix": None if single else _matrix(experiment, points),
+            "matrix": matrix,
             "not_timed": [] if single else _not_timed(experiment, points),
             "has_flops": any(p.flops for p in points),
             "columns": declared([{"title": c.title, "meaning": c.meaning} for c in experiment.point_columns]),

@@ -87,6 +87,21 @@ def test_an_unchanged_profile_stands_in_for_a_subject_whose_code_changed():
     assert c.numerator == "other" and c.log_ratio == pytest.approx(math.log(1.1))
 
 
+def test_a_compiled_profile_stands_in_on_gpu_time_but_never_on_the_eager_clock():
+    compiled = syn.experiment(sources=("kernels/k.py",), others=("torch.compile",))
+
+    def run(subject_hash, compiled_eager, day):
+        results = {"subject": _result(1.0, 10.0), "base": _result(2.0, 12.0),
+                   "torch.compile": _result(1.5, compiled_eager)}
+        return replace(syn.run([syn.point(results)], hashes=_hashes(subject_hash), started=f"2026-01-0{day}T00:00:00Z"),
+                       eager=EAGER_METHOD)
+
+    a, b = run("a", 40.0, 1), run("b", 120.0, 2)  # the subject changed; the compiled call's host time tripled
+    (g,) = margin.same_code_comparisons(compiled, [a, b], REPO_ROOT, GPU)
+    assert g.numerator == "torch.compile" and g.log_ratio == pytest.approx(0.0, abs=1e-12)
+    assert margin.same_code_comparisons(compiled, [a, b], REPO_ROOT, EAGER) == []
+
+
 @pytest.mark.parametrize("change", [
     {"gpu": ("nvidia-test-gpu-b", "NVIDIA Test GPU B")},
     {"env": {"torch": "2.99.0"}},

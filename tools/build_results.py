@@ -264,7 +264,7 @@ def run_on_cluster(experiments, selected, found, *, force: bool, args, profiling
     (all of them if forced); the records land in args.records_dir, written here."""
     from tqdm.auto import tqdm
 
-    from lab.measure import cluster
+    from lab.measure import cluster, dispatch
     from lab.measure.environment import command_line, git_state
 
     def why(slug: str, key: str) -> str | None:
@@ -274,7 +274,7 @@ def run_on_cluster(experiments, selected, found, *, force: bool, args, profiling
         return reason
 
     try:
-        outcome = cluster.run_on_cluster(
+        outcome = dispatch.run_on_cluster(
             experiments, selected, why, address=cluster.resolve_address(args.cluster), device=args.device,
             records_dir=args.records_dir, provenance={"command": command_line(ROOT), "git": git_state(ROOT)},
             profiling=profiling, progress=not args.no_progress, say=lambda m: tqdm.write(f"build_results: {m}"))

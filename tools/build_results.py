@@ -56,6 +56,7 @@ from lab.evidence.store import RecordsFolderError  # noqa: E402
 from lab.evidence.verdict import STALE  # noqa: E402
 from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
+from lab.publish.notebook import render_notebook  # noqa: E402
 from lab.publish.render import lost_evidence, render_outputs, write_outputs  # noqa: E402
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
@@ -189,6 +190,10 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
     A render that would take runs off the pages (every record of an experiment, or of a GPU, now skipped or
     gone) says so first, and under --strict refuses: nothing is written."""
     outputs = render_outputs(found)
+    notebook, skipped = render_notebook(ROOT)  # the probe rounds' pages, from probes/rounds.toml and notes/probes/
+    for problem in skipped:
+        print(f"build_results: skipped {problem}", file=sys.stderr)
+    outputs.update(notebook)
     lost = lost_evidence(outputs, args.docs_dir)
     for line in lost:
         print(f"build_results: WARNING: evidence would disappear: {line}", file=sys.stderr)
@@ -199,7 +204,7 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
     report = write_outputs(outputs, args.docs_dir)
     print(f"build_results: rendered {len(report.written)} changed, {len(report.unchanged)} unchanged, "
           f"{len(report.removed)} removed file(s) under {args.docs_dir}")
-    if status == EXIT_OK and args.strict and found.problems:
+    if status == EXIT_OK and args.strict and (found.problems or skipped):
         return EXIT_INVALID_RECORDS
     return status
 

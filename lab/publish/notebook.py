@@ -25,7 +25,8 @@ INDEX = "probes/rounds.toml"
 MAX_BYTES = 8 << 20
 HEADER = GENERATED_HEADER
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
-FIELDS = ("id", "title", "probe", "outputs", "notes", "heading", "kind", "kept", "dropped", "why", "fed")
+FIELDS = ("id", "title", "probe", "outputs", "notes", "heading", "kind", "question", "kept", "dropped", "why", "fed")
+OPTIONAL = ("commit", "clock", "gpu")  # from the notes, where the output's own field is missing or wrong
 KINDS = {"tuning": "A tuning probe: its figures chose settings; they are not evidence. The site's evidence is "
                    "the run records on the page this round fed.",
          "check": "A GPU check of correctness and timing: a reading taken once, not evidence.",
@@ -44,10 +45,14 @@ class Round:
     notes: str
     heading: str
     kind: str
+    question: str
     kept: str
     dropped: str
     why: str
     fed: str
+    commit: str = ""
+    clock: str = ""
+    gpu: str = ""
 
 
 def _rows(data: dict) -> list[tuple[str, list[dict]]]:
@@ -124,10 +129,11 @@ def _meta(data: dict, key: str, *alternatives: str):
 
 def render_round(r: Round, outputs: dict[str, object]) -> str:
     """One round's page."""
-    lines = [HEADER, "", md(r.title).join(["# ", ""]), "", f"**What the round asked, in short:** {md(r.why)}.", ""]
-    lines += [f'!!! warning "{md(r.kind.capitalize())}"', "", "    " + KINDS[r.kind], ""]
-    lines += ["| | |", "| --- | --- |", f"| probe | {cell(code(r.probe) if r.probe else 'the script was not kept')} |",
-              f"| kept | {cell(r.kept)} |", f"| dropped | {cell(r.dropped)} |",
+    lines = [HEADER, "", md(r.title).join(["# ", ""]), "", f"**The question.** {md(r.question)}", ""]
+    lines += [f'!!! warning "{md(r.kind.capitalize())}, not evidence"', "", "    " + KINDS[r.kind], ""]
+    lines += ["| | |", "| --- | --- |", f"| probe | {cell(code(r.probe) if r.probe else 'not kept in the repository')} |",
+              f"| kept | {cell(r.kept)} |", f"| dropped | {cell(r.dropped)} |", f"| why | {cell(r.why)} |",
+              f"| commit (from the notes) | {cell(code(r.commit) if r.commit else 'not named')} |",
               f"| the full notes | {cell(code(r.notes))}, section {cell(r.heading)} |",
               f"| fed | [{md(r.fed)}]({href('../' + r.fed)}) |", ""]
     for rel, data in outputs.items():
@@ -137,8 +143,8 @@ def render_round(r: Round, outputs: dict[str, object]) -> str:
                       code_block("\n".join(data.splitlines()[:40])), ""]
             continue
         gpu = _meta(data, "gpu", "device", "where")
-        facts = [("GPU", gpu if gpu is not None else "not stated"), ("torch", _meta(data, "torch")),
-                 ("Triton", _meta(data, "triton")), ("clock", _meta(data, "timing", "clock")),
+        facts = [("GPU", gpu if gpu is not None else r.gpu or "not stated"), ("torch", _meta(data, "torch")),
+                 ("Triton", _meta(data, "triton")), ("clock", r.clock or _meta(data, "timing", "clock")),
                  ("copy ceiling, GB/s", _meta(data, "copy_ceiling_gbs", "copy_ceiling_gbps")),
                  ("commit", _meta(data, "commit")), ("schema version", _meta(data, "schema_version")),
                  ("wall time, s", _meta(data, "wall_s", "seconds", "elapsed_s"))]
@@ -173,7 +179,9 @@ def load_rounds(root: Path) -> tuple[list[Round], list[str]]:
             if not entry["notes"].startswith("notes/") or not notes.is_file() or \
                     f"## {entry['heading']}" not in notes.read_text(encoding="utf-8").splitlines():
                 raise ValueError(f"heading {entry['heading']!r} not found in {entry['notes']}")
-            rounds.append(Round(**{f: entry[f] for f in FIELDS}))
+            if not all(isinstance(entry.get(f, ""), str) for f in OPTIONAL):
+                raise ValueError(f"{', '.join(OPTIONAL)}: expected strings")
+            rounds.append(Round(**{f: entry[f] for f in FIELDS}, **{f: entry.get(f, "") for f in OPTIONAL}))
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
     return rounds, problems

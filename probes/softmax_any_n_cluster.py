@@ -50,7 +50,6 @@ OUTPUTS = {
 }
 
 
-
 @triton.jit
 def _fwd_cluster_kernel(x_ptr, y_ptr, part_m_ptr, part_d_ptr, n_cols, x_row_stride, y_row_stride,
                         BLOCK_N: tl.constexpr, CLUSTER: tl.constexpr, CLUSTER_POW2: tl.constexpr,

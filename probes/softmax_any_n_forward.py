@@ -100,12 +100,9 @@ def run_round2(result: dict, start: float, deadline: float, rounds: int, out: Pa
     return rows
 
 
-
-
 # ---------------------------------------------------------------------------------------------------------
 # A lead for long 16-bit rows: split-row whose programs stay resident and overlap the wait with the next slice
 # ---------------------------------------------------------------------------------------------------------
-
 
 
 @triton.jit

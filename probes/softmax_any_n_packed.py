@@ -275,7 +275,6 @@ ROUND14_N = tuple((n, torch.bfloat16) for n in (9512, 17523, 21439, 22403, 33333
 ROUND14_N += ((21439, torch.float16), (41187, torch.float16), (75029, torch.float16))
 
 
-
 # The lab's own kernels under a register cap, where the compiled kernel holds fewer programs an SM than its
 # plan assumes (compiled for sm_90 with the launch's alignment, ptxas -v): the pipelined forward of a 16,384
 # head and an 8192 tail on 16 warps (N = 20,481-24,576: 21,439 and 22,403 at 76-78% in the records) uses 128
@@ -285,26 +284,23 @@ ROUND14_N += ((21439, torch.float16), (41187, torch.float16), (75029, torch.floa
 LAB_CAPS = {"pipelined16": 64, "split8192": 80}
 
 
-_deferred = deferred
-
-
 def round14_candidates(n: int) -> list[tuple[str, object]]:
     """(name, f(x) -> callable) of round 14 at row length n."""
     out = []
     for block_n, warps, cap in ROUND14_SPLITS:
         if 2 <= slices(n, block_n) <= MAX_SPLITS:
             out.append((f"packed:split{slices(n, block_n)}x{block_n}w{warps}r{cap or 0}",
-                        _deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, False, c))))
+                        deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, False, c))))
     for block_n, warps, cap in ROUND14_CLUSTERS:
         if 2 <= slices(n, block_n) <= MAX_CLUSTER:
             out.append((f"packed:cluster{slices(n, block_n)}x{block_n}w{warps}r{cap or 0}",
-                        _deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, True, c))))
+                        deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, True, c))))
     if n <= ROUND14_ROW_MAX_N:
         block_n = triton.next_power_of_2(n)
         warps = max(1, block_n // 2048)
         for cap in ROUND14_ROW_CAPS:
             out.append((f"packed:row{block_n}w{warps}r{cap or 0}",
-                        _deferred(lambda x, w=warps, c=cap: row_forward(x, w, c))))
+                        deferred(lambda x, w=warps, c=cap: row_forward(x, w, c))))
     return out
 
 
@@ -361,7 +357,7 @@ def lab_capped_candidates(m: int, n: int, dtype: torch.dtype) -> list[tuple[str,
         cap = LAB_CAPS["split8192"]
     else:
         return []
-    return [(f"lab:auto-r{cap}", _deferred(lambda x, p=auto, c=cap: lab_capped(x, p, c)))]
+    return [(f"lab:auto-r{cap}", deferred(lambda x, p=auto, c=cap: lab_capped(x, p, c)))]
 
 
 def run_round14(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:

@@ -19,9 +19,9 @@ import functools
 import torch
 
 from experiments.spec import COMPUTE, MEMORY, Case, Profile
+from kernels._provenance import triton_kernel_names
 from kernels.decoder_block import FUSED_QKV_MAX_ROWS, LabDecoderBlock, sources_for
 from kernels.reference_decoder import LLAMA_8B, DecoderBlock, DecoderWeights, KVCache
-from lab.measure.breakdown import triton_kernel_names
 
 CONFIG = LLAMA_8B
 WEIGHT_SEED = 20_261_123

@@ -25,6 +25,18 @@ def load_tool(name: str):
     return module
 
 
+def load_check(name: str):
+    """checks/<name>.py as a module (checks/ is a folder of scripts, not a package)."""
+    module_name = f"kernel_lab_check_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "checks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def require_vendored_assets() -> None:
     """Fail with the way out when KaTeX and the fonts have not been vendored (./dev.sh setup does it)."""
     missing = load_tool("vendor_assets").missing()

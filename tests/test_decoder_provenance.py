@@ -61,6 +61,6 @@ def test_the_classifier_tells_the_labs_kernels_from_torchs():
 
 def test_both_experiments_profile_op_by_op_with_the_provenance_classifier():
     assert BLOCK.breakdown is dec.classify and GRAPHED.breakdown is dec.classify
-    from lab.measure.breakdown import triton_kernel_names
+    from kernels._provenance import triton_kernel_names
 
     assert triton_kernel_names(("README.md", "../kernels/x.py", "kernels/rotary.py")) == {"_rotary_qkv_kernel"}

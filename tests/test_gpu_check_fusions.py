@@ -1,4 +1,4 @@
-"""tools/gpu_check_fusions.py's own logic on small shapes: its correctness checks pass on correct kernels and
+"""checks/fusions.py's own logic on small shapes: its correctness checks pass on correct kernels and
 fail on a broken one, and its timing rows are shaped as the JSON promises. On a machine without CUDA the
 kernels run through the interpreter and the figures mean nothing; only the code paths are exercised."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from sitetools import load_tool
+from sitetools import load_check
 
 from experiments.spec import Case
 from lab.measure.timing import CPU_TIMING, GPU_TIMING, make_clock
 
-tool = load_tool("gpu_check_fusions")
+tool = load_check("fusions")
 
 
 def test_correctness_checks_pass_on_small_shapes(device):

@@ -25,6 +25,7 @@ from lab.evidence.store import compress, load_record, load_records, read_json, w
 from lab.publish.collect import collect_evidence
 from lab.publish.output import write_outputs
 from lab.publish.render import render_outputs
+from lab.publish.views import GENERATED_DIRS, PLOTS_DIR
 from sitetools import load_tool
 
 build_results = load_tool("build_results")
@@ -43,7 +44,7 @@ def _base_file() -> Path:
 
 BASE_FILE = _base_file()
 BASE = read_json(BASE_FILE)
-GENERATED = ("docs/experiments", "docs/decisions", "docs/generated", "docs/assets/plots")
+GENERATED = (*(f"docs/{folder}" for folder in GENERATED_DIRS), f"docs/{PLOTS_DIR}")  # lab/publish/views.py's
 
 
 def base(run_id: str | None = None) -> dict:

@@ -2,7 +2,7 @@
 
 One embedded Ray is shared by the module's Ray tests: it declares two GPUs that do not exist, and its
 workers run tiny experiments (tests/fixtures/lab/lab_cluster_experiments.py) through Triton's interpreter.
-The same code starts one worker per real GPU on a GPU machine (tools/gpu_check_cluster.sh); here the
+The same code starts one worker per real GPU on a GPU machine (checks/cluster.sh); here the
 machinery is what is checked: distribution, GPU models kept apart, a worker killed mid-run, an experiment
 that raises, Ctrl-C, pairs asked for twice, and addresses where no cluster answers.
 """
@@ -52,7 +52,7 @@ needs_ray = pytest.mark.skipif(not HAS_RAY, reason="Ray is not installed (the ex
 ON_RAY = (  # the tests that start workers share one embedded Ray (conftest keeps this module in one process)
     needs_ray, pytest.mark.slow, pytest.mark.usefixtures("ray_session"),
     pytest.mark.skipif(HAS_CUDA, reason="declares fake GPUs and runs on the CPU; on a GPU machine "
-                                        "tools/gpu_check_cluster.sh runs the real thing"),
+                                        "checks/cluster.sh runs the real thing"),
 )
 
 
@@ -246,7 +246,7 @@ def test_a_worker_that_dies_costs_only_its_own_experiment_and_models_stay_apart(
     # freed, which then runs the other experiment of its own model.
     experiments = {fx.KILLER.slug: fx.KILLER, "cluster-a": fx.GOOD["cluster-a"]}
     messages = []
-    outcome = cluster.run_on_cluster(
+    outcome = dispatch.run_on_cluster(
         experiments, list(experiments), lambda slug, key: "forced", address=None, device="cpu",
         records_dir=tmp_path, provenance=PROVENANCE, progress=False, say=messages.append,
         worker_class=fx.TwoModelWorker)
@@ -293,8 +293,8 @@ JOIN = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
 import lab_cluster_experiments as fx
-from lab.measure import cluster
-outcome = cluster.run_on_cluster(fx.GOOD, ["cluster-a", "cluster-b"], lambda slug, key: "forced",
+from lab.measure import cluster, dispatch
+outcome = dispatch.run_on_cluster(fx.GOOD, ["cluster-a", "cluster-b"], lambda slug, key: "forced",
     address=cluster.resolve_address(None), device="cpu", records_dir=sys.argv[1],
     provenance={"command": ["joined"], "git": {"commit": "c" * 40, "dirty": False}}, progress=False, say=print)
 print(json.dumps({"written": len(outcome.written), "failed": len(outcome.failed)}))

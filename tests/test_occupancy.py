@@ -1,10 +1,9 @@
-"""tools/occupancy.py: the SM's limits applied to a compiled kernel's registers, warps and shared memory, the
+"""probes/occupancy.py: the SM's limits applied to a compiled kernel's registers, warps and shared memory, the
 launch's specialisation, and one plan compiled for sm_90 without a GPU."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,8 @@ import torch
 from labtools import run_compiled
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
 
-import occupancy as occ  # noqa: E402
+from probes import occupancy as occ  # noqa: E402
 
 
 @pytest.mark.parametrize("registers,warps,shared,programs,limit", [
@@ -47,7 +45,7 @@ def test_the_signature_is_specialised_as_a_launch_specialises_it():
 def test_a_pipelined_plan_reports_the_programs_its_grid_asks_for(tmp_path):
     """Compiled for sm_90 outside the interpreter: the 2-byte forward's pipelined plan at N = 21,439 runs on a
     persistent grid of two programs an SM; the report says how many fit and which limit binds."""
-    report = json.loads(run_compiled([str(ROOT / "tools" / "occupancy.py"), "--n", "21439", "--m", "4096"], tmp_path))
+    report = json.loads(run_compiled([str(ROOT / "probes" / "occupancy.py"), "--n", "21439", "--m", "4096"], tmp_path))
     assert report["kernel"] == "_softmax_fwd_rows_pipelined_kernel" and report["plan"]["stages"] > 1
     assert report["planned_programs_an_sm"] == 2
     assert 1 <= report["programs_an_sm"] <= 2 and report["limit"] in report["by_limit"]
@@ -62,7 +60,7 @@ def test_a_record_s_points_are_read_with_the_plans_they_recorded(tmp_path):
     path = sorted((ROOT / "records" / "softmax-any-n").glob("*-nvidia-h100-*.json.gz"))[-1]
     record = load_record(path)
     want = {(p.case, p.dtype): p.results["triton-auto"] for p in record.points if p.shape["N"] >= 200000}
-    out = run_compiled([str(ROOT / "tools" / "occupancy.py"), "--record", str(path), "--min-n", "200000"], tmp_path)
+    out = run_compiled([str(ROOT / "probes" / "occupancy.py"), "--record", str(path), "--min-n", "200000"], tmp_path)
     rows = [json.loads(line) for line in out.splitlines()]
     assert want and {(r["case"], r["dtype"]) for r in rows} == set(want)
     for row in rows:
@@ -75,7 +73,7 @@ def test_a_record_s_points_are_read_with_the_plans_they_recorded(tmp_path):
 def test_a_capped_split_row_plan_compiles_within_its_cap(n, dtype, cap, programs, tmp_path):
     """Compiled for sm_90 outside the interpreter: the split-row forward's register cap (the plan's
     max_registers) reaches the compiler, and the programs an SM it was chosen for fit."""
-    report = json.loads(run_compiled([str(ROOT / "tools" / "occupancy.py"), "--n", str(n), "--m", "64",
+    report = json.loads(run_compiled([str(ROOT / "probes" / "occupancy.py"), "--n", str(n), "--m", "64",
                                       "--dtype", dtype], tmp_path))
     assert report["kernel"] == "_softmax_fwd_split_row_kernel" and report["plan"]["max_registers"] == cap
     assert report["registers"] <= cap and report["programs_an_sm"] == programs

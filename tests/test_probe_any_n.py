@@ -1,4 +1,4 @@
-"""tools/probe_any_n.py and its round modules: every round the command line offers resolves to a runner, and the
+"""The any-N softmax probes (probes/softmax_any_n*.py): every round resolves to a runner, and the
 plans each round would time are valid plans of the row they are for (CPU; the timing itself needs a GPU)."""
 
 from __future__ import annotations
@@ -9,12 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-
-import probe_any_n  # noqa: E402
-import probe_any_n_backward as backward  # noqa: E402
-import probe_any_n_forward as forward  # noqa: E402
-from labtools import run_compiled  # noqa: E402
+from labtools import run_compiled
+from probes import harness
+from probes import softmax_any_n_backward as backward
+from probes import softmax_any_n_forward as forward
 
 
 def test_every_round_has_a_runner():
@@ -24,7 +22,7 @@ def test_every_round_has_a_runner():
         assert callable(getattr(backward, f"run_round{k}"))
 
 
-@pytest.mark.parametrize("plans", [probe_any_n.lab_plans, probe_any_n.round2_plans, backward.round6_plans,
+@pytest.mark.parametrize("plans", [harness.lab_plans, forward.round2_plans, backward.round6_plans,
                                    backward.round7_plans, backward.round8_plans, backward.round9_plans,
                                    backward.round10_plans])
 @pytest.mark.parametrize("n,dtype", [(9512, torch.bfloat16), (50257, torch.bfloat16), (4396, torch.float32)])
@@ -56,7 +54,7 @@ def test_round11_forward_reading_the_row_again_matches_float64(n, dtype, passes)
 
 @pytest.mark.parametrize("n", [9512, 21439, 75029, 262144])
 def test_round12_cluster_settings_cover_the_row(n):
-    import probe_any_n_cluster as cluster
+    from probes import softmax_any_n_cluster as cluster
 
     settings = cluster.cluster_settings(n)
     assert settings and callable(cluster.run_round12)
@@ -72,8 +70,8 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
-import probe_any_n_cluster as cluster
+sys.path[:0] = [sys.argv[1]]
+from probes import softmax_any_n_cluster as cluster
 signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "part_m_ptr": "*fp32", "part_d_ptr": "*fp32", "n_cols": "i32",
              "x_row_stride": "i32", "y_row_stride": "i32"}
 constexprs = {"BLOCK_N": 2048, "CLUSTER": 3, "CLUSTER_POW2": 4, "EDGES": sys.argv[2] == "1", "VEC": 8}
@@ -101,7 +99,7 @@ def test_round14_packed_forward_matches_the_lab_kernel_bit_for_bit(n, dtype):
     """Round 14's kernels under the interpreter (one slice a row, and one row a program): the words unpacked,
     reduced and packed back give the lab's forward within one unit of the last place (its sums may add in
     another order), cut rows (n not a multiple of 16) included."""
-    import probe_any_n_packed as packed
+    from probes import softmax_any_n_packed as packed
 
     from kernels import reference
     from kernels.softmax import softmax
@@ -122,7 +120,7 @@ def test_round14_plans_are_one_row_plans_that_hold_the_row(n, dtype, monkeypatch
     one row a program, every lane of the row held, and under the interpreter equal to the auto plan's output."""
     import dataclasses
 
-    import probe_any_n_packed as packed
+    from probes import softmax_any_n_packed as packed
 
     from kernels.softmax import softmax_fwd
 
@@ -140,7 +138,7 @@ def test_round14_plans_are_one_row_plans_that_hold_the_row(n, dtype, monkeypatch
 
 
 def test_round14_candidates_cover_the_rows_they_name():
-    import probe_any_n_packed as packed
+    from probes import softmax_any_n_packed as packed
 
     assert all(dtype == torch.float32 for _, dtype in packed.ROUND14_FP32_N)
     for n, dtype in packed.ROUND14_N + packed.ROUND14_SINGLE_N:
@@ -159,9 +157,9 @@ import sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
+sys.path[:0] = [sys.argv[1]]
 import torch
-import probe_any_n_packed as packed
+from probes import softmax_any_n_packed as packed
 kernel = packed._fwd_split_packed_kernel
 signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "part_m_ptr": "*fp32", "part_d_ptr": "*fp32", "sync_ptr": "*i32",
              "n_cols": "i32", "n_splits": "i32", "x_row_stride": "i32", "y_row_stride": "i32"}
@@ -186,7 +184,7 @@ def test_round14_kernel_loads_words_as_vectors_and_unpacks_them_again_after_the_
 def test_round14_caps_the_lab_plans_whose_compiled_kernels_fit_fewer_programs(monkeypatch):
     """The capped lab candidates: the pipelined 16-warp plan (21,439 on a GPU of 132 SMs) at 64 registers, the
     split-row 8192 x 4 plan at 80, nothing else; a capped launch writes what the plan's launch writes."""
-    import probe_any_n_packed as packed
+    from probes import softmax_any_n_packed as packed
 
     from kernels import softmax_plan
     from kernels.softmax import plan_softmax, softmax
@@ -208,7 +206,7 @@ def test_round15_rules_change_only_what_they_name(n, dtype, monkeypatch):
     and gives the auto plan's output under the interpreter."""
     import dataclasses
 
-    import probe_any_n_rules as rules
+    from probes import softmax_any_n_rules as rules
 
     from kernels.softmax import softmax_fwd
 
@@ -237,7 +235,7 @@ def test_round15_rules_change_only_what_they_name(n, dtype, monkeypatch):
 
 
 def test_round15_shapes_are_the_draws_2_byte_lengths():
-    import probe_any_n_rules as rules
+    from probes import softmax_any_n_rules as rules
 
     from experiments._any_n import draw_row_lengths
 
@@ -257,25 +255,24 @@ def test_round15_shapes_are_the_draws_2_byte_lengths():
 
 
 def test_round17_shapes_fit_a_cluster_of_8192_lane_slices():
-    import probe_any_n_cluster as cluster
-    import probe_any_n_rules as rules
+    from probes import softmax_any_n_cluster as cluster
 
     from kernels._launch import MAX_CLUSTER
 
-    shapes = rules.round17_shapes()
+    shapes = cluster.round17_shapes()
     assert shapes and all(dtype in (torch.bfloat16, torch.float16) for _, dtype in shapes)
     for n, _ in shapes:
         settings = cluster.cluster_settings(n, ((8192, 4),))
         assert len(settings) == 1 and 2 <= settings[0][0] <= MAX_CLUSTER
         assert settings[0][0] * 8192 >= n + 16 * (n % 16 != 0)
-    assert callable(rules.run_round17)
+    assert callable(cluster.run_round17)
 
 
 def test_round18_shapes_and_variants_are_well_formed():
-    """Round 18 (tools/probe_any_n_smem.py): 2-byte rows that need split rows, every variant's slices tile the
+    """Round 18 (probes/softmax_any_n_smem.py): 2-byte rows that need split rows, every variant's slices tile the
     row's aligned body within the partials a row reads, its chunks tile its slice, names unique; the round is
     offered on the command line."""
-    import probe_any_n_smem as smem
+    from probes import softmax_any_n_smem as smem
 
     assert len(set(smem.ROUND18_N)) == len(smem.ROUND18_N)
     assert all(dtype in (torch.bfloat16, torch.float16) and n > 32768 for n, dtype in smem.ROUND18_N)
@@ -291,11 +288,11 @@ def test_round18_shapes_and_variants_are_well_formed():
             body = n // 8 * 8  # the longest aligned body a row of n has
             assert 1 <= k <= smem.MAX_SPLITS_POW2 and (k - 1) * slice_n < body <= k * slice_n, (n, slice_n)
     assert callable(smem.run_round18)
-    assert "18:" in Path(probe_any_n.__file__).read_text()
+    assert callable(smem.main)
 
 
 def test_round18_refuses_what_its_kernel_cannot_take():
-    import probe_any_n_smem as smem
+    from probes import softmax_any_n_smem as smem
 
     with pytest.raises(ValueError, match="2-byte"):
         smem.smem_forward(torch.zeros(4, 64), "ld", 8192, 4)
@@ -305,8 +302,8 @@ def test_round18_refuses_what_its_kernel_cannot_take():
 
 _COMPILE_SMEM_FOR_HOPPER = """
 import json, sys, torch
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
-import probe_any_n_smem as smem
+sys.path[:0] = [sys.argv[1]]
+from probes import softmax_any_n_smem as smem
 out = {}
 for v in smem.ROUND18_VARIANTS:
     if v[1] == 8192 and not v[3]:
@@ -321,7 +318,7 @@ def test_round18_kernels_compile_for_hopper_and_stage_the_slice_in_shared_memory
     as 16-byte vectors, and the row's partials are read after the arrival, past the caches."""
     import json
 
-    import probe_any_n_smem as smem
+    from probes import softmax_any_n_smem as smem
 
     ptx = json.loads(run_compiled(["-c", _COMPILE_SMEM_FOR_HOPPER, str(Path(__file__).resolve().parents[1])],
                                   tmp_path))

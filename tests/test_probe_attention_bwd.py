@@ -1,19 +1,16 @@
-"""The attention backward probe's atomic-dQ candidate (tools/probe_attention_bwd.py) gives the gradients the
+"""The attention backward probe's atomic-dQ candidate (probes/attention_bwd.py) gives the gradients the
 lab's backward gives, against float64 with tests/test_attention.py's bounds, before any GPU times it: ragged
 lengths, grouped heads, causal rows that see no key, every tile the probe times."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-import probe_attention_bwd as probe  # noqa: E402
+from probes import attention_bwd as probe  # noqa: E402
 from test_attention import BOUNDS, _check_backward, _draw, _inputs  # noqa: E402
 
 from kernels.attention import attention_bwd, attention_fwd  # noqa: E402

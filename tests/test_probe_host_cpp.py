@@ -1,16 +1,13 @@
-"""tools/probe_host_cpp.py's parameter layout, without building the extension or a GPU: the Launcher it binds
+"""probes/host_cpp.py's parameter layout, without building the extension or a GPU: the Launcher it binds
 gets the kernel's parameters in order, constexprs left out, the two scratch pointers added, and the slots of
 the input and output pointers."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-import probe_host_cpp  # noqa: E402
+from probes import host_cpp as probe_host_cpp  # noqa: E402
 
 
 def _route(signature: dict, tail: tuple, mode: str = "raw", **meta):

@@ -40,7 +40,18 @@ def site(tmp_path_factory) -> Path:
 def test_navigation_sections_exist(site):
     home = (site / "index.html").read_text(encoding="utf-8")
     tabs = re.findall(r'<a href="[^"]*" class="md-tabs__link">\s*(.*?)\s*</a>', home, flags=re.S)
-    assert tabs == ["Home", "Write-ups", "Experiments", "Decisions", "Notebooks", "Method"]
+    assert tabs == ["Home", "Write-ups", "Experiments", "Decisions", "Lab notebook", "Method"]
+
+
+def test_every_probe_round_has_a_page_in_the_lab_notebook(site):
+    from lab.publish.notebook import load_rounds
+
+    rounds, problems = load_rounds(ROOT)
+    assert rounds and problems == []
+    index = (site / "probes" / "index.html").read_text(encoding="utf-8")
+    for r in rounds:
+        assert (site / "probes" / r.id / "index.html").is_file(), r.id
+        assert f'href="{r.id}/"' in index, r.id
 
 
 def test_every_published_post_is_built_and_drafts_are_not(site):

@@ -56,6 +56,7 @@ from lab.evidence.store import RecordsFolderError  # noqa: E402
 from lab.evidence.verdict import CLOCK_NAMES, STALE  # noqa: E402
 from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
+from lab.publish.notebook import render_notebook  # noqa: E402
 from lab.publish.render import lost_evidence, render_outputs, write_outputs  # noqa: E402
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
@@ -189,6 +190,10 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
     A render that would take runs off the pages (every record of an experiment, or of a GPU, now skipped or
     gone) says so first, and under --strict refuses: nothing is written."""
     outputs = render_outputs(found)
+    notebook, skipped = render_notebook(ROOT)  # the probe rounds' pages, from probes/rounds.toml and notes/probes/
+    for problem in skipped:
+        print(f"build_results: skipped {problem}", file=sys.stderr)
+    outputs.update(notebook)
     lost = lost_evidence(outputs, args.docs_dir)
     for line in lost:
         print(f"build_results: WARNING: evidence would disappear: {line}", file=sys.stderr)
@@ -199,7 +204,7 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
     report = write_outputs(outputs, args.docs_dir)
     print(f"build_results: rendered {len(report.written)} changed, {len(report.unchanged)} unchanged, "
           f"{len(report.removed)} removed file(s) under {args.docs_dir}")
-    if status == EXIT_OK and args.strict and found.problems:
+    if status == EXIT_OK and args.strict and (found.problems or skipped):
         return EXIT_INVALID_RECORDS
     return status
 
@@ -264,7 +269,7 @@ def run_on_cluster(experiments, selected, found, *, force: bool, args, profiling
     (all of them if forced); the records land in args.records_dir, written here."""
     from tqdm.auto import tqdm
 
-    from lab.measure import cluster
+    from lab.measure import cluster, dispatch
     from lab.measure.environment import command_line, git_state
 
     def why(slug: str, key: str) -> str | None:
@@ -274,7 +279,7 @@ def run_on_cluster(experiments, selected, found, *, force: bool, args, profiling
         return reason
 
     try:
-        outcome = cluster.run_on_cluster(
+        outcome = dispatch.run_on_cluster(
             experiments, selected, why, address=cluster.resolve_address(args.cluster), device=args.device,
             records_dir=args.records_dir, provenance={"command": command_line(ROOT), "git": git_state(ROOT)},
             profiling=profiling, progress=not args.no_progress, say=lambda m: tqdm.write(f"build_results: {m}"))

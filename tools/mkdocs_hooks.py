@@ -44,9 +44,9 @@ RECORDS_DIR = "records"
 _NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
 RECORD_NAME = re.compile(rf"{_NAME}/[0-9]{{8}}T[0-9]{{6}}Z-{_NAME}\.json(?:\.gz)?")
 # Navigation sections filled from the folder their index page lives in.
-LISTED_SECTIONS = ("experiments", "decisions")
+LISTED_SECTIONS = ("experiments", "decisions", "probes")
 # What the evidence pages are rendered from; a change to any of them re-renders under `mkdocs serve`.
-RENDER_INPUTS = ("records", "lab", "experiments", "kernels")
+RENDER_INPUTS = ("records", "lab", "experiments", "kernels", "probes", "notes")
 RENDER_COMMAND = ("tools/build_results.py", "--render-only")
 
 # MkDocs loads this module once per process and keeps it across the rebuilds of `mkdocs serve`.

@@ -50,6 +50,8 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from kernels._provenance import triton_kernel_names  # noqa: F401 - the classifiers' names of the lab's kernels
+
 CALL = "kernel_lab.call"
 METHOD = ("torch.profiler (CUPTI) over {calls} calls after {warmup} warm-up calls and one profiled warm-up call, "
           "each flushed (L2 flush: {flush}) and queued behind a device hold as on the GPU-time clock ({hold:.1f} ms: {margin}x the "
@@ -344,28 +346,6 @@ def _summarise(calls: list[list[_Activity]], classify: Classifier, *, eager: boo
         "kernel_ms": statistics.median(busy for _, busy in spans) / 1e3,
         "span_ms": statistics.median(span for span, _ in spans) / 1e3,
     }
-
-
-def triton_kernel_names(sources: Sequence[str]) -> frozenset[str]:
-    """The names of the Triton kernels (and the JIT helpers they inline) defined in the Python modules at
-    `sources` (repository paths; others are skipped), as a profiler names their launches: the function's name.
-    A classifier's `is_lab` can test a kernel against them."""
-    import importlib
-
-    from triton.runtime.jit import KernelInterface
-
-    names = set()
-    for path in sources:
-        if not path.endswith(".py") or path.startswith("/") or ".." in path:
-            continue
-        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-        for value in vars(module).values():
-            if isinstance(value, KernelInterface):
-                while hasattr(value, "fn"):  # an autotuner or heuristics wraps the JIT function
-                    value = value.fn
-                names.add(getattr(value, "__name__", ""))
-    names.discard("")
-    return frozenset(names)
 
 
 def _one_line(name: str) -> str:

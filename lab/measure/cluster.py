@@ -35,8 +35,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tqdm.auto import tqdm
-
 from experiments.spec import Experiment
 from lab import REPO_ROOT
 from lab.measure.environment import capture_environment
@@ -330,41 +328,3 @@ class Outcome:
     failed: list[tuple[Task, str]] = field(default_factory=list)
     cancelled: list[Task] = field(default_factory=list)
     interrupted: bool = False
-
-
-def run_on_cluster(experiments: Mapping[str, Experiment], slugs: Sequence[str],
-                   why: Callable[[str, str], str | None], *, address: str | None, device: str, records_dir: Path,
-                   provenance: Mapping[str, Any], profiling=None, progress: bool = True,
-                   say: Callable[[str], None] = tqdm.write, worker_class: type = GpuWorker,
-                   startup_seconds: float = STARTUP_SECONDS) -> Outcome:
-    """Connect (or start Ray), start one worker per free GPU, plan each (experiment, model) pair that `why`
-    gives a reason for, run them all, and stop the workers. Raises ClusterError when no worker starts."""
-    from lab.measure.dispatch import Dispatch
-
-    ray = import_ray()
-    connection = connect(address)
-    workers: list[Worker] = []
-    try:
-        free, total = free_gpus(ray)
-        if free < 1:
-            raise ClusterError(f"{connection.where} has no free GPU ({total} in all)")
-        say(f"cluster: starting {free} worker(s) on {connection.where}, one per free GPU")
-        workers, problems = start_workers(free, device, worker_class, startup_seconds)
-        for problem in problems:
-            say(f"cluster: {problem}")
-        if not workers:
-            raise ClusterError(f"no worker started on {connection.where}")
-        for worker in workers:
-            say(f"cluster: worker on {worker} holds {worker.identity['gpu_name']} ({worker.key})")
-        keys = list(dict.fromkeys(w.key for w in workers))
-        tasks = plan_tasks(slugs, keys, why)
-        dispatch = Dispatch(experiments, workers, ray=ray, records_dir=records_dir, provenance=provenance,
-                            profiling=profiling, device=device, worker_class=worker_class, say=say,
-                            startup_seconds=startup_seconds)
-        try:
-            return dispatch.run(tasks, progress=progress)
-        finally:
-            workers.extend(dispatch.replacements)
-    finally:
-        stop_workers(workers)
-        connection.close()

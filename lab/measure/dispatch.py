@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from experiments.spec import Experiment
 from lab.evidence.records import RunRecord
 from lab.evidence.store import write_record
+from lab.measure import cluster
 from lab.measure.cluster import Outcome, Task, Worker, first_line, remote_worker
 
 POLL_SECONDS = 0.5  # how often the loop looks up from waiting (Ctrl-C is seen at the latest then)
@@ -203,3 +204,39 @@ class Dispatch:
             done, failed = len(self.outcome.written), len(self.outcome.failed)
             self.bar.set_postfix_str(f"{done} done, {len(self.running)} running, {failed} failed", refresh=False)
             self.bar.update(finished) if finished else self.bar.refresh()
+
+
+def run_on_cluster(experiments: Mapping[str, Experiment], slugs: Sequence[str],
+                   why: Callable[[str, str], str | None], *, address: str | None, device: str, records_dir: Path,
+                   provenance: Mapping[str, Any], profiling=None, progress: bool = True,
+                   say: Callable[[str], None] = tqdm.write, worker_class: type = cluster.GpuWorker,
+                   startup_seconds: float = cluster.STARTUP_SECONDS) -> Outcome:
+    """Connect (or start Ray), start one worker per free GPU, plan each (experiment, model) pair that `why`
+    gives a reason for, run them all, and stop the workers. Raises ClusterError when no worker starts."""
+    ray = cluster.import_ray()
+    connection = cluster.connect(address)
+    workers: list[Worker] = []
+    try:
+        free, total = cluster.free_gpus(ray)
+        if free < 1:
+            raise cluster.ClusterError(f"{connection.where} has no free GPU ({total} in all)")
+        say(f"cluster: starting {free} worker(s) on {connection.where}, one per free GPU")
+        workers, problems = cluster.start_workers(free, device, worker_class, startup_seconds)
+        for problem in problems:
+            say(f"cluster: {problem}")
+        if not workers:
+            raise cluster.ClusterError(f"no worker started on {connection.where}")
+        for worker in workers:
+            say(f"cluster: worker on {worker} holds {worker.identity['gpu_name']} ({worker.key})")
+        keys = list(dict.fromkeys(w.key for w in workers))
+        tasks = cluster.plan_tasks(slugs, keys, why)
+        dispatch = Dispatch(experiments, workers, ray=ray, records_dir=records_dir, provenance=provenance,
+                            profiling=profiling, device=device, worker_class=worker_class, say=say,
+                            startup_seconds=startup_seconds)
+        try:
+            return dispatch.run(tasks, progress=progress)
+        finally:
+            workers.extend(dispatch.replacements)
+    finally:
+        cluster.stop_workers(workers)
+        connection.close()

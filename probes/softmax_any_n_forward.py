@@ -1,4 +1,5 @@
-"""The forward's rounds of tools/probe_any_n.py (GPU only; run them through it: --round 2 to 5, 11).
+"""The any-N softmax probe's forward rounds (GPU only): `python -m probes.softmax_any_n_forward --round K
+--out FILE`, K = 2 to 5 or 11.
 
 2: the chosen rules against the previous plan at lengths they were not chosen on, the sweeps' lengths, and a
 persistent split-row lead for long 2-byte rows; 3: 2-byte rows held in their storage dtype; 4: persistent
@@ -8,6 +9,7 @@ row read again instead of held across a reduction.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -18,13 +20,47 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.softmax import plan_softmax  # noqa: E402
 from kernels.softmax_plan import SoftmaxPlan  # noqa: E402
-from probe_any_n import MIN_BYTES, probe_shape, round2_plans  # noqa: E402
 from kernels.softmax_split_row_kernels import _wait_for_row  # noqa: E402
+from probes.harness import MIN_BYTES, probe_shape, run_rounds, split_row_plan  # noqa: E402
+
+QUESTION = ("Which forward schedules hold off-grid rows near the copy ceiling: the chosen rules at new lengths, "
+            "rows kept in their storage dtype, persistent pipelined programs, or the row read again?")
+CANDIDATES = ("lab:auto", "lab:previous", "lab:tail/*", "pipelined/b*w*p*", "lean/*", "persistent/*", "reload/*",
+              "torch", "liger")
+OUTPUTS = {
+    "any-n-2": ("notes/probes/2026-11-24-h100-any-n-round2.json",),
+    "any-n-3": ("notes/probes/2026-11-24-h100-any-n-round3.json",),
+    "any-n-4": ("notes/probes/2026-11-24-h100-any-n-round4.json",),
+    "any-n-5": ("notes/probes/2026-11-24-h100-any-n-round5.json",),
+    "any-n-11": ("notes/probes/2026-11-25-h100-any-n-round11.json",),
+}
+
+
+def previous_plan(m: int, n: int, dtype: torch.dtype, direction: str) -> SoftmaxPlan:
+    """The plan before round 1 (with the cut): 2-byte forward rows took fp32's tail rule, backward split-row
+    slices were 8192 wide on 8 warps."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    if auto.impl == "single_block" and direction == "forward":
+        return dataclasses.replace(plan_softmax(m, n, torch.float32, "auto", True, direction), edges=auto.edges)
+    if auto.impl == "split_row" and direction == "backward":
+        return split_row_plan(m, n, 8192, 8, auto.edges)
+    return auto
+
+
+def round2_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tuple[str, SoftmaxPlan]]:
+    """Round 2: the chosen rules against the previous plan, and tails up to half the head (16 warps)."""
+    auto = plan_softmax(m, n, dtype, "auto", True, direction)
+    plans = [("auto", auto), ("previous", previous_plan(m, n, dtype, direction))]
+    head = 1 << (n.bit_length() - 1)
+    tail = max(16, 1 << max(n - head - 1, 0).bit_length())
+    if auto.impl == "single_block" and 4096 < n and head != n and tail < head and (head, tail) != (auto.block_n, auto.tail_n):
+        plans.append((f"tail/{head}+{tail}w16", dataclasses.replace(auto, block_n=head, tail_n=tail, num_warps=16)))
+    return plans
 
 
 # Round 2: lengths the rules were not chosen on (odd ones included), then the sweeps' lengths the rules touch.
@@ -64,12 +100,9 @@ def run_round2(result: dict, start: float, deadline: float, rounds: int, out: Pa
     return rows
 
 
-
-
 # ---------------------------------------------------------------------------------------------------------
 # A lead for long 16-bit rows: split-row whose programs stay resident and overlap the wait with the next slice
 # ---------------------------------------------------------------------------------------------------------
-
 
 
 @triton.jit
@@ -506,3 +539,14 @@ def run_round11(result: dict, start: float, deadline: float, rounds: int, out: P
         result["rows"] = rows
         out.write_text(json.dumps(result, indent=1))
     return rows
+
+
+SHAPES = {"2": ROUND2_N + ROUND2_LEAD_N, "3-5, 11": "the round's own lengths, M*N*2 bytes of 256 MiB"}
+
+
+def main(argv=None) -> int:
+    return run_rounds(__doc__, {2: run_round2, 3: run_round3, 4: run_round4, 5: run_round5, 11: run_round11}, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

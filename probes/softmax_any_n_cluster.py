@@ -1,5 +1,6 @@
-"""Rounds 12 and 13 of tools/probe_any_n.py (GPU only; run them through it: --round 12, 13): split rows whose slices meet at
-a hardware cluster barrier instead of through tickets and counters.
+"""Rounds 12, 13 and 17 of the any-N softmax probe (GPU only: `python -m probes.softmax_any_n_cluster --round K
+--out FILE`): split rows whose slices meet at a hardware cluster barrier instead of through tickets and
+counters; round 17 sets 2-byte forward clusters against the ticketed slices under a register cap.
 
 The split-row kernels (kernels/softmax_split_row_kernels.py) let the programs of a row meet through global
 memory: a ticket from one counter orders the work so that a row's slices are all running before its last
@@ -19,7 +20,6 @@ The cluster size need not be a power of two (a row of 21,439 lanes can be 3 slic
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -29,16 +29,25 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from experiments._any_n import draw_row_lengths  # noqa: E402
 from kernels._launch import MAX_CLUSTER, bind  # noqa: E402
-from kernels.softmax import plan_softmax, softmax_bwd  # noqa: E402
-from kernels.softmax_plan import SoftmaxPlan  # noqa: E402
+from kernels.softmax import plan_softmax, softmax_bwd, softmax_fwd  # noqa: E402
+from kernels.softmax_plan import SoftmaxPlan, device_sms  # noqa: E402
 from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
 from kernels.softmax_split_row_kernels import _cluster_barrier  # noqa: E402
-from probe_any_n import probe_shape  # noqa: E402
+from probes.harness import deferred, probe_shape, run_rounds, time_forward_shapes, write_output  # noqa: E402
 
+QUESTION = ("Do split rows whose slices meet at a hardware cluster barrier (no tickets, no counters) beat the "
+            "ticketed split-row kernels, in both directions and against the capped tickets?")
+CANDIDATES = ("lab:auto", "lab:cluster{C}x{lanes}w{warps}", "cluster{C}x{lanes}w{warps}r{cap}")
+OUTPUTS = {
+    "any-n-12": ("notes/probes/2026-11-25-h100-any-n-round12.json",),
+    "any-n-13": ("notes/probes/2026-11-25-h100-any-n-round13.json",),
+    "any-n-17": ("notes/probes/2026-11-25-h100-any-n-round17.json",),
+}
 
 
 @triton.jit
@@ -176,5 +185,44 @@ def _run_cluster_round(shapes, slices, result: dict, start: float, deadline: flo
                             lambda m, n, d, r: [("auto", plan_softmax(m, n, d, "auto", True, r))], None,
                             ("forward", "backward"), extra, backward_extra)
         result["rows"] = rows
-        out.write_text(json.dumps(result, indent=1))
+        write_output(out, result)
     return rows
+
+
+# Round 17: the draw's 2-byte split-row lengths that fit a cluster of 8192-lane slices, and the powers of two.
+ROUND17_SLICES = ((8192, 4, None), (8192, 4, 80), (4096, 4, None))
+SPLIT_MIN_N = 32769  # the shortest row the auto plan splits
+
+
+def round17_shapes() -> list[tuple[int, torch.dtype]]:
+    split = [n for n in draw_row_lengths() if SPLIT_MIN_N <= n and math.ceil((n + 16) / 8192) <= MAX_CLUSTER]
+    shapes = [(n, torch.bfloat16) for n in split + [65536, 131072]]
+    return shapes + [(n, torch.float16) for n in split[::3]]
+
+
+def round17_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
+    """The auto plan (ticketed slices) and clusters of ROUND17_SLICES that cover the row."""
+    y = torch.empty_like(x)
+    m, n = x.shape
+    auto = plan_softmax(m, n, x.dtype, "auto", True, "forward", sms=device_sms())
+    out = [("lab:auto", lambda: softmax_fwd(x, auto, out=y))]
+    for block_n, warps, cap in ROUND17_SLICES:
+        for cluster, lanes, w in cluster_settings(n, ((block_n, warps),)):
+            out.append((f"cluster{cluster}x{lanes}w{w}r{cap or 0}",
+                        deferred(lambda x, c=cluster, b=lanes, w=w, r=cap: cluster_forward(x, c, b, w, r))(x)))
+    return out
+
+
+def run_round17(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
+    return time_forward_shapes(result, start, deadline, rounds, out, round17_shapes(), round17_candidates)
+
+
+SHAPES = {"12": ROUND12_N, "13": ROUND13_N, "17": "the draw's 2-byte split-row lengths a cluster covers, 65,536, 131,072"}
+
+
+def main(argv=None) -> int:
+    return run_rounds(__doc__, {12: run_round12, 13: run_round13, 17: run_round17}, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

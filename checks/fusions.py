@@ -1,6 +1,6 @@
 """GPU check of the fused residual add + RMSNorm and SwiGLU kernels: correctness at real sizes, then GPU time.
 
-    python tools/gpu_check_fusions.py [OUT_DIR] [--no-compile] [--no-variants]
+    python checks/fusions.py [OUT_DIR] [--no-compile] [--no-variants]
 
 1. Correctness: the lab's launchers write into NaN-filled outputs (and NaN-filled dgamma partials) at a few
    real sizes, odd ones included, in bf16, fp16 and fp32; every output is compared with float64 against the

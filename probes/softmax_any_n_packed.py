@@ -1,5 +1,5 @@
-"""Round 14 of tools/probe_any_n.py (run it through it: --round 14): the 2-byte forward holding its row packed,
-two elements to a 32-bit register.
+"""Round 14 of the any-N softmax probe (GPU only: `python -m probes.softmax_any_n_packed --out FILE`): the 2-byte
+forward holding its row packed, two elements to a 32-bit register.
 
 Why. A forward program holds its slice from the load to the store: through the row's reductions, and in a
 split row through the wait for the row's other slices. The lab's kernels hold it as fp32 (x, or e = exp(x - m)),
@@ -40,15 +40,23 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels._checks import interpreter_enabled  # noqa: E402
 from kernels._launch import MAX_CLUSTER, bind  # noqa: E402
-from kernels.softmax import _fresh_workspace, _fwd_launch, plan_softmax  # noqa: E402
+from kernels.softmax import plan_softmax  # noqa: E402
 from kernels.softmax_kernels import _edge_offsets, _row_cut  # noqa: E402
 from kernels.softmax_plan import MAX_SPLITS, SoftmaxPlan  # noqa: E402
 from kernels.softmax_split_row_kernels import _arrive_and_wait, _cluster_barrier, _take_ticket  # noqa: E402
+from probes.harness import MIN_BYTES, deferred, lab_capped, probe_shape, run_rounds, write_output  # noqa: E402
+
+QUESTION = ("Does the 2-byte forward run faster holding its row packed, two elements a 32-bit register, as split "
+            "rows (tickets or a cluster) or one row a program; and the lab's own kernels on other warps or under "
+            "a register cap?")
+CANDIDATES = ("lab:auto", "packed:split{S}x{lanes}w{warps}r{cap}", "packed:cluster*", "packed:row*", "lab:auto-r{cap}",
+              "lab:w*", "torch", "liger")
+OUTPUTS = {"any-n-14": ("notes/probes/2026-11-25-h100-any-n-round14.json",)}
 
 # Two -inf elements in one word (the fill of masked words): bf16 0xFF80, fp16 0xFC00, as a signed int32.
 NEG_INF_PAIR = {torch.bfloat16: 0xFF80FF80 - (1 << 32), torch.float16: 0xFC00FC00 - (1 << 32)}
@@ -252,7 +260,7 @@ def row_forward(x: torch.Tensor, warps: int, maxnreg: int | None = None):
 # under a cap of 64 without spilling (8 programs an SM: 128 KiB of loads in flight); 16,384 lanes on 4 warps in
 # 144, 104 capped without spilling, 96 with 12 bytes spilled (5 programs an SM, 160 KiB; fp32 rows' 8192
 # lanes on 4 warps take 107 registers: 4 programs, 128 KiB). Clustered, 127 and 228 uncapped. Read with
-# tools/occupancy.py.
+# probes/occupancy.py.
 ROUND14_SPLITS = ((8192, 4, None), (8192, 4, 64), (16384, 4, 104), (16384, 4, 96), (16384, 8, 64))
 ROUND14_CLUSTERS = ((8192, 4, 64), (16384, 4, 96), (16384, 8, 64))
 # One row a program: 64 lanes a thread (warps = lanes / 2048), uncapped and capped. Compiled as above, 16,384
@@ -267,17 +275,6 @@ ROUND14_N = tuple((n, torch.bfloat16) for n in (9512, 17523, 21439, 22403, 33333
 ROUND14_N += ((21439, torch.float16), (41187, torch.float16), (75029, torch.float16))
 
 
-def lab_capped(x: torch.Tensor, plan: SoftmaxPlan, maxnreg: int):
-    """A callable writing softmax(x) with the lab's forward kernel for `plan`, compiled under a register cap."""
-    y = torch.empty_like(x)
-    kernel, grid, args, meta = _fwd_launch(x, y, plan, _fresh_workspace)
-
-    def run():
-        kernel[grid](*args, **{**meta, "maxnreg": maxnreg})  # over the plan's own cap, if it has one
-        return y
-    return run
-
-
 # The lab's own kernels under a register cap, where the compiled kernel holds fewer programs an SM than its
 # plan assumes (compiled for sm_90 with the launch's alignment, ptxas -v): the pipelined forward of a 16,384
 # head and an 8192 tail on 16 warps (N = 20,481-24,576: 21,439 and 22,403 at 76-78% in the records) uses 128
@@ -287,36 +284,23 @@ def lab_capped(x: torch.Tensor, plan: SoftmaxPlan, maxnreg: int):
 LAB_CAPS = {"pipelined16": 64, "split8192": 80}
 
 
-def _deferred(make):
-    """make(x) -> callable, with an error in make (a compile or a refused cluster size) raised by the
-    callable instead, so the probe records it against the candidate and times the rest."""
-    def factory(x):
-        try:
-            return make(x)
-        except Exception as error:  # noqa: BLE001 - recorded per candidate by measure_held
-            def fail(error=error):
-                raise error
-            return fail
-    return factory
-
-
 def round14_candidates(n: int) -> list[tuple[str, object]]:
     """(name, f(x) -> callable) of round 14 at row length n."""
     out = []
     for block_n, warps, cap in ROUND14_SPLITS:
         if 2 <= slices(n, block_n) <= MAX_SPLITS:
             out.append((f"packed:split{slices(n, block_n)}x{block_n}w{warps}r{cap or 0}",
-                        _deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, False, c))))
+                        deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, False, c))))
     for block_n, warps, cap in ROUND14_CLUSTERS:
         if 2 <= slices(n, block_n) <= MAX_CLUSTER:
             out.append((f"packed:cluster{slices(n, block_n)}x{block_n}w{warps}r{cap or 0}",
-                        _deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, True, c))))
+                        deferred(lambda x, b=block_n, w=warps, c=cap: split_forward(x, b, w, True, c))))
     if n <= ROUND14_ROW_MAX_N:
         block_n = triton.next_power_of_2(n)
         warps = max(1, block_n // 2048)
         for cap in ROUND14_ROW_CAPS:
             out.append((f"packed:row{block_n}w{warps}r{cap or 0}",
-                        _deferred(lambda x, w=warps, c=cap: row_forward(x, w, c))))
+                        deferred(lambda x, w=warps, c=cap: row_forward(x, w, c))))
     return out
 
 
@@ -373,12 +357,10 @@ def lab_capped_candidates(m: int, n: int, dtype: torch.dtype) -> list[tuple[str,
         cap = LAB_CAPS["split8192"]
     else:
         return []
-    return [(f"lab:auto-r{cap}", _deferred(lambda x, p=auto, c=cap: lab_capped(x, p, c)))]
+    return [(f"lab:auto-r{cap}", deferred(lambda x, p=auto, c=cap: lab_capped(x, p, c)))]
 
 
 def run_round14(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
-    from probe_any_n import MIN_BYTES, probe_shape
-
     def auto_only(m, n, dtype, direction):
         return [("auto", plan_softmax(m, n, dtype, "auto", True, direction))]
 
@@ -393,5 +375,16 @@ def run_round14(result: dict, start: float, deadline: float, rounds: int, out: P
         extra = (round14_candidates(n) if dtype in NEG_INF_PAIR else []) + lab_capped_candidates(m, n, dtype)
         rows += probe_shape(n, dtype, result["copy_ceiling_gbs"], rounds, plans, m, ("forward",), extra)
         result["rows"] = rows
-        out.write_text(json.dumps(result, indent=1))
+        write_output(out, result)
     return rows
+
+
+SHAPES = tuple(ROUND14_SINGLE_N + ROUND14_FP32_N + ROUND14_N)
+
+
+def main(argv=None) -> int:
+    return run_rounds(__doc__, {14: run_round14}, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

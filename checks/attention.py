@@ -1,7 +1,7 @@
 """GPU check of kernels/attention.py (CUDA only): correctness against float64, then TFLOP/s against cuDNN and
 FlashAttention-2 through torch's SDPA, with two to four launch plans of the lab's kernel per case.
 
-    python tools/gpu_check_attention.py [OUT_DIR] [--budget-s 170] [--forward-tiles | --backward-tiles]
+    python checks/attention.py [OUT_DIR] [--budget-s 170] [--forward-tiles | --backward-tiles]
                                         [--seqs 512,1024,16384]
 
 1. Correctness: forward, lse and gradients of small cases (head dims 64 and 128, causal and not, grouped

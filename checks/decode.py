@@ -2,9 +2,9 @@
 plan candidates side by side, and host time per call. A tuning instrument, not evidence: the site's figures
 come only from tools/build_results.py run records.
 
-    python tools/gpu_check_decode.py [OUT_DIR]          # default: $OUT, else the current directory
-    python tools/gpu_check_decode.py OUT_DIR --no-compile   # skip the torch.compile peers (faster)
-    python tools/gpu_check_decode.py OUT_DIR --quick        # 4096 x 4096 only
+    python checks/decode.py [OUT_DIR]          # default: $OUT, else the current directory
+    python checks/decode.py OUT_DIR --no-compile   # skip the torch.compile peers (faster)
+    python checks/decode.py OUT_DIR --quick        # 4096 x 4096 only
 
 Sections, each printed as a table and written to OUT_DIR/gpu_check_decode.json as it finishes:
 

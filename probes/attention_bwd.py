@@ -1,7 +1,7 @@
 """Tuning probe for the attention backward (GPU for timing; the kernels also run under Triton's interpreter):
 the lab's three-kernel backward against an atomic-dQ schedule and torch's SDPA backends.
 
-    python tools/probe_attention_bwd.py [OUT_DIR] [--budget-s 240]
+    python -m probes.attention_bwd [OUT_DIR] [--budget-s 240]
 
 The lab's backward (kernels/attention.py) runs a delta pass, then one kernel for dK and dV (keys resident,
 queries streamed) and one for dQ (queries resident, keys streamed): the second recomputes the scores and
@@ -32,7 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference_attention as reference  # noqa: E402
 from kernels.attention import (  # noqa: E402
@@ -47,6 +48,12 @@ from kernels.attention import (  # noqa: E402
     attention_bwd,
     attention_fwd,
 )
+
+QUESTION = ("Does an atomic-dQ backward schedule (one pass over K/V tiles, dQ accumulated with atomics) beat the "
+            "lab's two-kernel backward, and at which tile?")
+CANDIDATES = ("lab", "atomic-dq/{BLOCK_M}x{BLOCK_N}w{warps}s{stages}", "sdpa")
+SHAPES = "B·S = 16,384 tokens, H·D = 2,048 (bf16), S of 2048 and 8192, causal and not"
+OUTPUTS = {"attention-atomic-dq": ("notes/probes/2026-11-25-h100-attention-bwd-atomic-dq.json",)}
 
 TOKENS, WIDTH, HEAD_DIM = 16384, 2048, 128
 SEQS = (2048, 8192)

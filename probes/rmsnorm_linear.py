@@ -5,7 +5,7 @@ kernels/rmsnorm_gemv.py and the config lists in kernels/_rmsnorm_linear_tiled.py
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_rmsnorm_linear.py --out probe.json
+    python -m probes.rmsnorm_linear --out probe.json
 
 Timing: triton.testing.do_bench (CUDA events, L2 cleared before every call, median of the samples).
 """
@@ -23,13 +23,23 @@ from pathlib import Path
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
-from probe_common import probe_header  # noqa: E402
+from probes.harness import probe_header  # noqa: E402
 from kernels._gemv import GemvPlan  # noqa: E402
 from kernels._rmsnorm_linear_tiled import SMEM_BYTES, _config, smem_bytes  # noqa: E402
 from kernels.rmsnorm_linear import plan_rmsnorm_linear, rmsnorm_linear, rmsnorm_linear_fwd  # noqa: E402
+
+QUESTION = ("Which split-K, prefetch and vector settings bring the fused RMSNorm + linear near the weight-read "
+            "floor for decode and prefill rows?")
+CANDIDATES = ("torch-unfused", "lab:auto", "lab: split-K / tile / vector grids")
+OUTPUTS = {
+    "rmsnorm-h200-1": ("notes/probes/2026-11-22-h200-rmsnorm-probe1-split-k.json",),
+    "rmsnorm-h200-2": ("notes/probes/2026-11-22-h200-rmsnorm-probe2-x-prefetch.json",),
+    "rmsnorm-h200-3": ("notes/probes/2026-11-22-h200-rmsnorm-probe3-vector.json",),
+}
 
 K = 4096
 EPS = 1e-6

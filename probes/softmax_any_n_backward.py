@@ -1,4 +1,5 @@
-"""The backward's rounds of tools/probe_any_n.py (GPU only; run them through it: --round 6 to 10).
+"""The any-N softmax probe's backward rounds (GPU only): `python -m probes.softmax_any_n_backward --round K
+--out FILE`, K = 6 to 10.
 
 6: 2-byte rows on wide tails and the pipelined persistent grid, fp32 split-row slices; 7: 2-byte split-row
 slices and warps in both directions; 8: 2-byte rows of 6,000-16,000 on other warps, the online chunk loop and
@@ -19,12 +20,25 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.softmax import plan_softmax  # noqa: E402
 from kernels.softmax_plan import MAX_SPLITS, SoftmaxPlan  # noqa: E402
-from probe_any_n import _split_row, probe_shape  # noqa: E402
+from probes.harness import probe_shape, run_rounds, split_row_plan as _split_row  # noqa: E402
+
+QUESTION = ("Which backward schedules serve off-grid rows: wide tails, pipelined persistent grids, split-row "
+            "slices and warps, the online chunk loop (with eviction hints), or reloading y and dy for dx?")
+CANDIDATES = ("lab:auto", "lab:single/*", "lab:split/b*w*", "lab:online*", "lab:reload", "torch", "torch.compile",
+              "liger")
+SHAPES = "2-byte rows of 4,610-28,000 and 6,000-16,000, fp32 split rows of 32,768-262,144; M*N*2 of 256 MiB"
+OUTPUTS = {
+    "any-n-6": ("notes/probes/2026-11-25-h100-any-n-round6.json",),
+    "any-n-7": ("notes/probes/2026-11-25-h100-any-n-round7.json",),
+    "any-n-8": ("notes/probes/2026-11-25-h100-any-n-round8.json",),
+    "any-n-9": ("notes/probes/2026-11-25-h100-any-n-round9.json",),
+    "any-n-10": ("notes/probes/2026-11-25-h100-any-n-round10.json",),
+}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -270,3 +284,11 @@ def round10_plans(m: int, n: int, dtype: torch.dtype, direction: str) -> list[tu
 
 def run_round10(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
     return _backward_rounds(result, start, deadline, rounds, out, ROUND10_N, round10_plans, lambda y, dy: [])
+
+
+def main(argv=None) -> int:
+    return run_rounds(__doc__, {6: run_round6, 7: run_round7, 8: run_round8, 9: run_round9, 10: run_round10}, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

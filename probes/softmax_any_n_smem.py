@@ -1,5 +1,5 @@
-"""Round 18 of tools/probe_any_n.py (run it through it: --round 18): a split-row forward for long 2-byte rows
-that stages its slice in shared memory, in the storage dtype, instead of holding it in registers as fp32.
+"""Round 18 of the any-N softmax probe (GPU only: `python -m probes.softmax_any_n_smem --out FILE`): a split-row
+forward for long 2-byte rows that stages its slice in shared memory, in the storage dtype, instead of holding it in registers as fp32.
 
 Why. The lab's split-row forward (kernels/softmax_split_row_kernels.py) holds each slice as fp32 in registers
 from the load to the store, across the wait for the row's other slices: 8192 lanes on 4 warps cost 64
@@ -29,7 +29,7 @@ GPU only (Hopper for `tma`): Gluon kernels do not run under Triton's interpreter
 small launch of every variant runs in a child process, checked against float64, so that a variant the GPU
 refuses (or that hangs) is dropped instead of poisoning the round's CUDA context.
 
-    python tools/probe_any_n_smem.py --facts      # n_regs, spills and shared memory compiled for sm_90 (no GPU)
+    python -m probes.softmax_any_n_smem --facts   # n_regs, spills and shared memory compiled for sm_90 (no GPU)
 """
 
 from __future__ import annotations
@@ -48,8 +48,17 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from probes.harness import (  # noqa: E402
+    LAB_TIMING, occupancy, probe_header, ptxas_registers, time_forward_shapes, write_output,
+)
+
+QUESTION = ("Does a split-row forward that stages its 2-byte slices in shared memory, in their storage dtype "
+            "(TMA, cp.async or plain loads), hold more bytes in flight and beat the lab's fp32-holding slices?")
+CANDIDATES = ("lab:auto", "tma{slice}w{warps}r{cap}", "cp{slice}w{warps}", "ld{slice}w{warps}")
+OUTPUTS = {"any-n-18": ("notes/probes/2026-11-26-h100-any-n-round18.json",)}
 
 BOX = 256  # lanes a row of the shared buffer, and of one bulk tensor copy (a box holds at most 256 a dimension)
 LANES_A_THREAD = 16  # lanes a thread holds of a chunk: two 16-byte vectors of a 2-byte dtype
@@ -251,8 +260,8 @@ def round18_candidates(x: torch.Tensor, variants=ROUND18_VARIANTS) -> list[tuple
 
 _SELF_TEST = """
 import json, sys, torch
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
-import probe_any_n_smem as smem
+sys.path[:0] = [sys.argv[1]]
+from probes import softmax_any_n_smem as smem
 from kernels import reference
 v = (sys.argv[2], *map(int, sys.argv[3:6]))
 print(json.dumps(smem.compile_facts(*v)), flush=True)
@@ -301,16 +310,14 @@ def working_variants(variants=ROUND18_VARIANTS, timeout: float = 60.0) -> tuple[
 
 
 def run_round18(result: dict, start: float, deadline: float, rounds: int, out: Path) -> list[dict]:
-    from probe_any_n_rules import run_round15
-
     tma = torch.cuda.get_device_capability() >= (9, 0)
     variants, refused, facts = working_variants([v for v in ROUND18_VARIANTS if tma or v[0] != "tma"])
     result["round18"] = {"variants": [variant_name(*v) for v in variants], "refused": refused,
                          "compiled_sm90": facts}
     print(json.dumps(result["round18"]), flush=True)
-    out.write_text(json.dumps(result, indent=1))
-    return run_round15(result, start, deadline, rounds, out, list(ROUND18_N),
-                       lambda x: round18_candidates(x, variants))
+    write_output(out, result)
+    return time_forward_shapes(result, start, deadline, rounds, out, list(ROUND18_N),
+                               lambda x: round18_candidates(x, variants))
 
 
 # Compiled for sm_90 without a GPU: the signature a launch would specialise, ptxas -v for registers and spills.
@@ -343,9 +350,7 @@ def compile_variant(copy: str, slice_n: int, warps: int, cap: int = 0, dtype: to
 
 def compile_facts(copy: str, slice_n: int, warps: int, cap: int = 0, dtype: torch.dtype = torch.bfloat16,
                   arch: int = 90) -> dict:
-    """Registers a thread, spilled bytes, shared bytes and programs an SM (tools/occupancy.py's rules)."""
-    from occupancy import occupancy, ptxas_registers
-
+    """Registers a thread, spilled bytes, shared bytes and programs an SM (probes/harness.py's rules)."""
     compiled = compile_variant(copy, slice_n, warps, cap, dtype, arch)
     regs, spills = ptxas_registers(compiled, arch)
     shared = compiled.metadata.shared
@@ -354,12 +359,28 @@ def compile_facts(copy: str, slice_n: int, warps: int, cap: int = 0, dtype: torc
             "limit": fit.limit}
 
 
-def main() -> int:
+SHAPES = ROUND18_N
+
+
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--facts", action="store_true", help="compile every variant for sm_90 and print its facts")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="the round's JSON output (GPU)")
+    parser.add_argument("--deadline", type=float, default=480.0, help="stop starting shapes after this many s")
+    parser.add_argument("--rounds", type=int, default=20, help="timed rounds a shape")
+    args = parser.parse_args(argv)
     if not args.facts:
-        parser.error("run the round through tools/probe_any_n.py --round 18; --facts compiles without a GPU")
+        if args.out is None:
+            parser.error("--out FILE runs the round on a GPU; --facts compiles without one")
+        if not torch.cuda.is_available():
+            print("softmax_any_n_smem: needs a CUDA GPU", file=sys.stderr)
+            return 2
+        start = time.time()
+        result = probe_header(timing=LAB_TIMING, round=18, rows=[])
+        result["rows"] = run_round18(result, start, args.deadline, args.rounds, args.out)
+        result["wall_s"] = time.time() - start
+        write_output(args.out, result)
+        return 0
     for v in ROUND18_VARIANTS:
         for dtype in (torch.bfloat16, torch.float16):
             try:

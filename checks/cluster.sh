@@ -2,9 +2,9 @@
 # A cluster run (build_results.py --cluster) on a CUDA machine, checked against the same experiments run
 # the ordinary way, one after another. Run at the repository root:
 #
-#   tools/gpu_check_cluster.sh                      # softmax-row-fusion and softmax-short-rows, both ways
-#   tools/gpu_check_cluster.sh SLUG [SLUG ...]      # these experiments, both ways
-#   tools/gpu_check_cluster.sh --all                # every experiment at once, one per GPU; no sequential
+#   checks/cluster.sh                      # softmax-row-fusion and softmax-short-rows, both ways
+#   checks/cluster.sh SLUG [SLUG ...]      # these experiments, both ways
+#   checks/cluster.sh --all                # every experiment at once, one per GPU; no sequential
 #                                                   # run (SEQUENTIAL=1 adds it: minutes per experiment)
 #
 # Ray: used when it imports; otherwise installed from the wheelhouse in .whl/ray (tools/ray_wheelhouse.py

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """How many programs of a softmax plan's kernel fit one SM, read from the compiler (no GPU needed).
 
-    python tools/occupancy.py --n 21439 [--m 12521] [--dtype bfloat16] [--direction forward] [--impl auto]
-                              [--arch 90] [--sms 132] [--maxnreg R]
-    python tools/occupancy.py --record records/softmax-any-n/RUN.json.gz [--profile triton-auto]
-                              [--direction forward] [--min-n 2048]
+    python -m probes.occupancy --n 21439 [--m 12521] [--dtype bfloat16] [--direction forward] [--impl auto]
+                               [--arch 90] [--sms 132] [--maxnreg R]
+    python -m probes.occupancy --record records/softmax-any-n/RUN.json.gz [--profile triton-auto]
+                               [--direction forward] [--min-n 2048]
 
 Plans the launch as kernels/softmax.py does on a GPU of `--sms` SMs with clusters (the H100's 132 by default),
 compiles the kernel it launches for `--arch` with the launch's specialisation (tensors on 16-byte boundaries,
@@ -22,46 +22,24 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
-import subprocess
 import sys
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.softmax import _bwd_launch, _fresh_workspace, _fwd_launch, plan_softmax  # noqa: E402
 from kernels.softmax_plan import SoftmaxPlan  # noqa: E402
+from probes.harness import Occupancy, occupancy, ptxas_registers  # noqa: E402, F401 - the study's rules, re-exported
 
-# Per SM, compute capability 8.0 and later (the CUDA occupancy rules): registers, warps, resident programs,
-# shared memory in bytes, and what each program reserves of it.
-REGISTERS, WARPS, PROGRAMS, SHARED, SHARED_RESERVED = 65536, 64, 32, 228 * 1024, 1024
-REGISTER_UNIT = 256  # registers are given to a warp in units of 256
+QUESTION = ("How many programs of a softmax plan's kernel fit one SM, and which limit binds, read from the "
+            "compiler for sm_90 without a GPU?")
+CANDIDATES = ("the plan's kernel as compiled", "the same under --maxnreg")
+SHAPES = "any (--n, --m), or every point of a softmax run record (--record)"
+OUTPUTS: dict[str, tuple[str, ...]] = {}  # prints JSON lines; notes/softmax-any-n.md quotes them
 _TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int32: "i32"}
-
-
-@dataclass(frozen=True)
-class Occupancy:
-    programs: int  # resident programs an SM
-    limit: str  # "registers", "warps", "programs" or "shared memory"
-    by_limit: dict
-
-
-def occupancy(registers: int, warps: int, shared: int) -> Occupancy:
-    """Programs of `warps` warps, `registers` a thread and `shared` bytes one SM holds at once."""
-    per_warp = math.ceil(registers * 32 / REGISTER_UNIT) * REGISTER_UNIT
-    by_limit = {
-        "registers": REGISTERS // (per_warp * warps) if registers else PROGRAMS,
-        "warps": WARPS // warps,
-        "programs": PROGRAMS,
-        "shared memory": SHARED // (shared + SHARED_RESERVED) if shared else PROGRAMS,
-    }
-    limit = min(by_limit, key=by_limit.get)
-    return Occupancy(by_limit[limit], limit, by_limit)
-
 
 def signature(kernel, args, meta) -> tuple[dict, dict, dict]:
     """(signature, constexprs, attrs) of `kernel` called with positional `args` and keyword `meta`, specialised
@@ -105,20 +83,6 @@ def compile_facts(kernel, args, meta, arch: int, maxnreg: int | None = None) -> 
     registers, spilled = ptxas_registers(compiled, arch)
     return {"kernel": kernel.__name__, "registers": registers, "spill_store_bytes": spilled,
             "shared_bytes": compiled.metadata.shared, "num_warps": compiled.metadata.num_warps}
-
-
-def ptxas_registers(compiled, arch: int) -> tuple[int, int]:
-    """(registers a thread, spilled bytes) of a kernel compiled for sm_`arch`, as `ptxas -v` reports them."""
-    from triton.backends.nvidia.compiler import get_ptxas
-
-    suffix = "a" if arch >= 90 else ""
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = Path(tmp) / "kernel.ptx"
-        ptx.write_text(compiled.asm["ptx"])
-        report = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", str(ptx), "-o",
-                                 str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True, check=True).stderr
-    registers = int(re.findall(r"Used (\d+) registers", report)[-1])
-    return registers, sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
 
 
 def plan_occupancy(m: int, n: int, dtype: torch.dtype, direction: str = "forward", impl: str = "auto",

@@ -1,8 +1,8 @@
 """What a call of the lab's softmax costs the host, against torch.softmax, and whether the compiled and
 graphed routes give the right numbers (GPU; a CPU mode profiles the Python alone).
 
-    python tools/probe_host_overhead.py [OUT_DIR]              # GPU; OUT_DIR defaults to $OUT
-    python tools/probe_host_overhead.py --cpu-stub [OUT_DIR]   # CPU: the interpreter with kernel bodies stubbed
+    python -m probes.host_overhead [OUT_DIR]              # GPU; OUT_DIR defaults to $OUT
+    python -m probes.host_overhead --cpu-stub [OUT_DIR]   # CPU: the interpreter with kernel bodies stubbed
 
 GPU mode, in about two minutes on an H100:
 * host time per call: wall time over 2000 back-to-back calls, best of 5, on one-row inputs (1 x 1024 fp32,
@@ -43,10 +43,20 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
 from kernels.softmax import plan_softmax, softmax  # noqa: E402
+
+QUESTION = ("What does one call of the lab's softmax cost the host against torch.softmax, and do the compiled "
+            "and graphed routes give the right numbers?")
+CANDIDATES = ("torch.softmax", "lab softmax", "lab softmax through autograd", "CUDA graph", "torch.compile")
+OUTPUTS = {
+    "host-cpu-stub": ("notes/probes/2026-11-23-cpu-stub-host-overhead-before.json",
+                      "notes/probes/2026-11-23-cpu-stub-host-overhead-after.json"),
+    "host-h100": ("notes/probes/2026-11-23-h100-host-overhead.json",),
+}
 
 CALLS, REPEATS = 2000, 5
 
@@ -392,7 +402,7 @@ def main() -> None:
         name = "host-overhead-cpu-stub.json"
     else:
         faulthandler.dump_traceback_later(300, exit=True)  # a split-row wait that never ends ends the probe
-        from probe_common import probe_header
+        from probes.harness import probe_header
 
         header = probe_header(**versions)
         rows = host_table("cuda")

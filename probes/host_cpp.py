@@ -1,7 +1,7 @@
 """Probe (GPU for the timing; the C++ builds anywhere with a C++ compiler and ninja): what softmax(x) would cost
 the host if one C++ call allocated the output and launched the lab's compiled Triton kernel.
 
-    python tools/probe_host_cpp.py [OUT_DIR]
+    python -m probes.host_cpp [OUT_DIR]
 
 notes/host-overhead.md puts the Python floor above torch.softmax's whole call: Triton 3.6's C launcher
 (about 5.5 us on the H100 host) plus one allocation from Python (3.8 us) leave under a microsecond for the
@@ -26,8 +26,13 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+QUESTION = "How much of the lab's host time per call would one C++ call that allocates and launches take away?"
+CANDIDATES = ("torch.softmax", "lab softmax", "C++ launcher behind the route lookup", "C++ launcher alone")
+SHAPES = ((1, 1024), (1, 131072))
+OUTPUTS = {"host-cpp": ("notes/probes/2026-11-25-h100-host-cpp.json",)}
+
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CPP = r"""
 #include <torch/extension.h>

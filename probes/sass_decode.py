@@ -1,6 +1,6 @@
 """Compile the decode kernels for sm_90a without a GPU and count the instructions of their main loops.
 
-    python tools/sass_decode.py > notes/probes/<date>-sm90a-decode-sass.txt
+    python -m probes.sass_decode > notes/probes/<date>-sm90a-decode-sass.txt
 
 For each launch plan: registers and spills (ptxas -v), shared memory, whether the product runs on the
 warpgroup MMA (wgmma) or mma.sync, and per K-loop iteration the instruction count, the count per weight
@@ -20,8 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.pop("TRITON_INTERPRET", None)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__":  # compiled kernels, never the interpreter's (imported, the caller decides)
+    os.environ.pop("TRITON_INTERPRET", None)
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
@@ -30,6 +32,12 @@ from triton.compiler import ASTSource  # noqa: E402
 from kernels import dequant_linear as dl  # noqa: E402
 from kernels import rmsnorm_gemv as rg  # noqa: E402
 from kernels._gemv import GemvPlan  # noqa: E402
+
+QUESTION = ("What does the inner loop of each decode GEMV kernel compile to on sm_90a: instructions a weight, "
+            "conversions, loads?")
+CANDIDATES = ("rmsnorm-gemv", "int8 dequant", "int4 dequant")
+SHAPES = "the decode plans' tiles (compiled only, no shapes run)"
+OUTPUTS = {"decode-sass": ("notes/probes/2026-11-23-sm90a-decode-sass.txt",)}
 
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 TARGET = GPUTarget("cuda", 90, 32)

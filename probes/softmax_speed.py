@@ -4,7 +4,7 @@ expose, to choose the settings tables in kernels/softmax.py.
 This is a tuning instrument, not evidence: the site's figures come only from tools/build_results.py run
 records. Its JSON output is kept under notes/probes/ beside the notes that cite it.
 
-    python tools/probe_softmax.py --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9|10|11]
+    python -m probes.softmax_speed --out probe.json [--quick] [--round 1|3|4|5|6|7|8|9|10|11]
 
 Timing: rounds 1 and 3 use triton.testing.do_bench (CUDA events, L2 cleared before every call, median of
 the samples); rounds 4-11 use the lab's own clock (lab.measure.timing.CudaEventClock: the same flush, the device held
@@ -26,7 +26,8 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a script: the repository root on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels import reference  # noqa: E402
 from experiments._softmax import _liger_backward  # noqa: E402
@@ -34,8 +35,31 @@ from kernels.softmax import (  # noqa: E402
     SoftmaxPlan, _softmax_fwd_row_kernel, _softmax_fwd_single_block_kernel, plan_softmax, softmax_bwd, softmax_fwd,
 )
 from kernels.softmax_split_row_kernels import _wait_for_row  # noqa: E402
-from lab.measure.timing import CudaEventClock  # noqa: E402
-from probe_common import probe_header  # noqa: E402
+from probes.harness import HELD_TIMING, measure_held, probe_header, write_output  # noqa: E402
+
+QUESTION = ("Which launch-plan settings (warps, tails, rows a program, split-row slices, L2 reuse, cache "
+            "modifiers, one-row kernels, row-offset widths) bring the softmax schedules closest to the copy "
+            "ceiling, on the H200 and then the H100?")
+CANDIDATES = ("lab:auto", "lab:* settings the dispatch does not expose", "torch", "liger")
+SHAPES = "the sweeps' shapes at M*N = 2^28 (1 GiB of fp32), short rows at M = 4096"
+OUTPUTS = {
+    "speed-h200-1": ("notes/probes/2026-11-22-h200-probe1.json",),
+    "speed-h200-2": ("notes/probes/2026-11-22-h200-probe2-persistent.json",),
+    "speed-h200-3": ("notes/probes/2026-11-22-h200-probe3-lean-tickets.json",),
+    "speed-h200-4": ("notes/probes/2026-11-22-h200-probe4-restored.json",),
+    "speed-h200-5": ("notes/probes/2026-11-22-h200-probe5-tails-short-rows-backoff.json",),
+    "speed-h200-6": ("notes/probes/2026-11-22-h200-probe6-chosen-settings.json",),
+    "speed-4": ("notes/probes/2026-11-22-h100-round4-l2-reuse-and-settings.json",),
+    "speed-5": ("notes/probes/2026-11-22-h100-round5-tails-short-rows-slices-a.json",
+                "notes/probes/2026-11-22-h100-round5-tails-short-rows-slices-b.json"),
+    "speed-6": ("notes/probes/2026-11-22-h100-round6-cache-modifiers-short-rows-backward.json",),
+    "speed-7": ("notes/probes/2026-11-22-h100-round7-lean-split-row-backward-settings.json",),
+    "speed-8": ("notes/probes/2026-11-23-h100-round8-one-row-kernels.json",
+                "notes/probes/2026-11-23-h100-round8-one-row-kernels-tails.json"),
+    "speed-9": ("notes/probes/2026-11-23-h100-round9-one-row-forward.json",),
+    "speed-10": ("notes/probes/2026-11-23-h100-round10-bf16-backward-slices-short-forward.json",),
+    "speed-11": ("notes/probes/2026-11-23-h100-round11-row-offset-width.json",),
+}
 
 softmax_module = importlib.import_module("kernels.softmax")  # the package's `softmax` attribute is the function
 
@@ -323,48 +347,6 @@ def _l2_backward(y, dy, per_sm, block_n, warps, reverse, hints):
 # (programs per SM, tile, warps, pass 2 last tile first, eviction hints)
 L2_SETTINGS = ((1, 8192, 8, True, True), (2, 4096, 4, True, True), (2, 8192, 8, True, True),
                (4, 4096, 4, True, True), (2, 8192, 8, False, False), (2, 8192, 8, True, False))
-
-
-HELD_TIMING = ("the lab's clock (lab.measure.timing.CudaEventClock): L2 flushed before every call, device held while a "
-               "round is queued, candidates interleaved and rotated; median of the rounds")
-
-
-def held_times(candidates, rounds: int = 30, warmup: int = 3) -> dict[str, float]:
-    """Median ms of each candidate under the lab's clock: flushed L2, device held while a round is queued,
-    candidates interleaved and rotated by one each round."""
-    clock = CudaEventClock("cuda")
-    samples: dict[str, list[float]] = {name: [] for name, _ in candidates}
-    for r in range(warmup + rounds):
-        order = candidates[r % len(candidates):] + candidates[:r % len(candidates)]
-        clock.begin_round()
-        readers = [(name, clock.measure(fn)) for name, fn in order]
-        clock.end_round()
-        clock.settle()
-        if r >= warmup:
-            for name, read in readers:
-                samples[name].append(read())
-    return {name: sorted(v)[len(v) // 2] for name, v in samples.items()}
-
-
-def measure_held(candidates, ref, nbytes: int, ceiling: float, key: dict, rounds: int = 30) -> list[dict]:
-    """Check each candidate's first 64 rows against `ref`, then time all that passed together."""
-    rows, ok = [], []
-    for name, fn in candidates:
-        row = {**key, "variant": name}
-        try:
-            row["rel_err"] = check(fn()[:64], ref)
-            ok.append((name, fn))
-        except Exception as e:
-            row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
-            torch.cuda.empty_cache()
-        rows.append(row)
-    times = held_times(ok, rounds) if ok else {}
-    for row in rows:
-        if row["variant"] in times:
-            ms = times[row["variant"]]
-            row.update(ms=ms, gbs=nbytes / ms / 1e6, pct=100 * nbytes / ms / 1e6 / ceiling)
-        print(json.dumps(row), flush=True)
-    return rows
 
 
 def _single_block_plans(m, n, dtype, direction, warps=(), rows=(), tails=True):
@@ -1007,7 +989,7 @@ def main() -> int:
                              "11: round 9 with the one-row form's 64-bit row offsets, at more of the sweep's shapes")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("probe_softmax: needs a CUDA GPU", file=sys.stderr)
+        print("softmax_speed: needs a CUDA GPU", file=sys.stderr)
         return 2
     start = time.time()
     if args.round == 3:
@@ -1031,7 +1013,7 @@ def main() -> int:
     else:
         result = run(args.quick, args.min_n, not args.no_peers)
     result["wall_s"] = time.time() - start
-    args.out.write_text(json.dumps(result, indent=1, sort_keys=True))
+    write_output(args.out, result)
     summarize(result)
     return 0
 

@@ -1,0 +1,86 @@
+"""The probes room: every probe imports on a CPU and declares its question, candidates, shapes and raw outputs;
+probes/rounds.toml names every round those outputs belong to; the lab notebook renders one page a round from
+them, byte for byte the same twice, skipping (and naming) an output that fails validation."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import shutil
+from pathlib import Path
+
+import probes
+from lab.publish.notebook import load_rounds, render_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = {"harness"}
+
+
+def _probes():
+    return {m.name: importlib.import_module(f"probes.{m.name}") for m in pkgutil.iter_modules(probes.__path__)
+            if m.name not in SHARED}
+
+
+def test_every_probe_declares_what_it_asks_times_and_wrote():
+    declared = {}
+    for name, module in _probes().items():
+        assert module.__doc__ and isinstance(module.QUESTION, str) and module.QUESTION.endswith("?"), name
+        assert module.CANDIDATES and module.SHAPES, name
+        for rid, outputs in module.OUTPUTS.items():
+            assert rid not in declared, f"{rid} declared by {declared.get(rid)} and {name}"
+            declared[rid] = name
+            assert outputs and all((ROOT / o).is_file() and o.startswith("notes/probes/") for o in outputs), rid
+    rounds, problems = load_rounds(ROOT)
+    assert problems == []
+    by_id = {r.id: r for r in rounds}
+    assert len(by_id) == len(rounds)
+    for rid, name in declared.items():  # every declared output is a round of the notebook, from its probe
+        assert by_id[rid].probe == f"probes/{name}.py"
+        assert sorted(by_id[rid].outputs) == sorted(_probes()[name].OUTPUTS[rid])
+    for r in rounds:
+        assert not r.probe or (ROOT / r.probe).is_file(), r.id
+
+
+def test_every_raw_output_the_notes_cite_has_a_round():
+    cited = {p for p in (ROOT / "notes" / "probes").glob("*.json")
+             if any(p.name in n.read_text(encoding="utf-8") for n in (ROOT / "notes").glob("*.md"))}
+    rounds, _ = load_rounds(ROOT)
+    listed = {ROOT / o for r in rounds for o in r.outputs}
+    assert cited and cited <= listed, sorted(str(p) for p in cited - listed)
+
+
+def test_the_notebook_renders_every_round_and_the_same_bytes_twice():
+    pages, problems = render_notebook(ROOT)
+    rounds, _ = load_rounds(ROOT)
+    assert problems == []
+    assert set(pages) == {"probes/index.md"} | {f"probes/{r.id}.md" for r in rounds}
+    assert render_notebook(ROOT)[0] == pages
+    assert "not evidence" in pages["probes/any-n-17.md"]
+
+
+def test_a_bad_output_is_skipped_and_named(tmp_path):
+    shutil.copytree(ROOT / "notes", tmp_path / "notes")
+    (tmp_path / "probes").mkdir()
+    shutil.copy(ROOT / "probes" / "rounds.toml", tmp_path / "probes" / "rounds.toml")
+    bad = tmp_path / "notes" / "probes" / "2026-11-24-h100-any-n-round1.json"
+    data = json.loads(bad.read_text())
+    data["rows"][0]["pct"] = float("nan")
+    bad.write_text(json.dumps(data))
+    (tmp_path / "notes" / "probes" / "2026-11-24-h100-any-n-round2.json").write_text("[1, 2]")
+    pages, problems = render_notebook(tmp_path)
+    assert "probes/any-n-1.md" not in pages and "probes/any-n-2.md" not in pages and "probes/any-n-3.md" in pages
+    assert any("round1.json" in p and "rows[0].pct" in p for p in problems)
+    assert any("round2.json" in p and "JSON object" in p for p in problems)
+
+
+def test_hostile_text_in_an_output_stays_inert(tmp_path):
+    shutil.copytree(ROOT / "notes", tmp_path / "notes")
+    (tmp_path / "probes").mkdir()
+    shutil.copy(ROOT / "probes" / "rounds.toml", tmp_path / "probes" / "rounds.toml")
+    path = tmp_path / "notes" / "probes" / "2026-11-25-h100-any-n-round17.json"
+    data = json.loads(path.read_text())
+    data["gpu"] = "<script>alert(1)</script> | [x](javascript:alert(1))"
+    path.write_text(json.dumps(data))
+    page = render_notebook(tmp_path)[0]["probes/any-n-17.md"]
+    assert "<script>" not in page and "](javascript:" not in page

@@ -2,7 +2,7 @@
 # A worker lost mid-run, on real GPUs: a cluster run (build_results.py --cluster) of two experiments, one
 # worker killed (SIGKILL) while it times its experiment. Expected: the run ends with exit 1 and names the
 # lost experiment; the other experiment's record lands and validates; nothing else is written. Run at the
-# repository root on a machine with two or more GPUs and Ray installed (tools/gpu_check_cluster.sh says how):
+# repository root on a machine with two or more GPUs and Ray installed (checks/cluster.sh says how):
 #
 #   checks/cluster_worker_loss.sh [OUT_DIR]        # softmax-row-fusion and softmax-short-rows
 #

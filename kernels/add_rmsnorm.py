@@ -141,7 +141,7 @@ def _dgamma_reduce_kernel(part_ptr, dgamma_ptr, n_parts, n_cols, BLOCK_P: tl.con
 MAX_H = 32768
 _MIN_BLOCK_H = 16
 # (largest BLOCK_H, num_warps) by direction: 16 to 32 fp32 values a thread per row tensor. Untuned starting
-# values (no GPU measurement behind them yet); tools/gpu_check_fusions.py times the alternatives.
+# values (no GPU measurement behind them yet); checks/fusions.py times the alternatives.
 _WARPS = {
     "forward": ((1024, 4), (4096, 8), (16384, 16), (MAX_H, 32)),
     "backward": ((1024, 4), (4096, 8), (8192, 16), (MAX_H, 32)),

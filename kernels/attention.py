@@ -62,7 +62,7 @@ from kernels.attention_kernels import (
     _attention_fwd_kernel,
 )
 
-# Also importable from here, as before the kernels moved (tools/probe_attention_bwd.py builds on them).
+# Also importable from here, as before the kernels moved (probes/attention_bwd.py builds on them).
 LN2, _LOG2E, _mma = attention_kernels.LN2, attention_kernels._LOG2E, attention_kernels._mma
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -89,7 +89,7 @@ _TILES = {
     ("backward_q", 64): (128, 64, 8, 2),
     ("backward_q", 128): (128, 128, 8, 2),
 }
-# Measured on an H100 (tools/gpu_check_attention.py, B·S = 16,384, H·D = 2,048, bf16, causal and not;
+# Measured on an H100 (checks/attention.py, B·S = 16,384, H·D = 2,048, bf16, causal and not;
 # notes/attention.md, "The tile sweeps"): the forward, K and V through tensor descriptors (TMA) at both head
 # dims: D = 128 on 128 x 128 tiles and 8 warps, 3 stages, ran 1.5-5.5% above the 128 x 64 tiles first tabled
 # at S = 512, 2048 and 8192; D = 64 on 128 x 128 tiles and 4 warps 19-26% above 128 x 128 on 8 warps without

@@ -28,7 +28,7 @@ whose rate is a fraction of the FMA rate:
   128 + u exactly, and subtracting 136 (1032) leaves q = u - 8 exactly. With one group a K-step the exact q
   go into the product and the group's scale multiplies the step's fp32 partial; with several groups a step
   each q is multiplied by its group's scale first (one rounding to x's dtype, as dequantising does).
-Offline (tools/sass_decode.py) the int4 loop still spends about 4.2-4.7 instructions a weight, against the
+Offline (probes/sass_decode.py) the int4 loop still spends about 4.2-4.7 instructions a weight, against the
 about 5 an SM can issue per weight arriving at the copy rate: the int4 kernel is bound by its unpacking,
 not by DRAM (notes/rmsnorm-linear.md, "The decode GEMVs on the graph clock").
 """

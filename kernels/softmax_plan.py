@@ -70,13 +70,13 @@ _TAIL_MAX_FRACTION = 16
 # ...except 2-byte rows, whose heads in _WIDE_TAIL_HEADS[direction] take tails of up to a quarter of the
 # head, on the warps the table gives. A bf16 row moves half the bytes of an fp32 row of the same lanes, so the
 # lanes a padded block wastes cost it twice. Forward: at N = 10,000 and 20,000 (H100, M*N*2 = 256 MiB,
-# tools/probe_any_n.py round 1) 8192 + 2048 lanes measured 94.8% of the copy ceiling against 87.3% for one
+# probes/softmax_any_n.py round 1) 8192 + 2048 lanes measured 94.8% of the copy ceiling against 87.3% for one
 # 16,384-lane block, and 16,384 + 4096 lanes 84.6% against 70.6%; fp32 rows lost 0.6-0.7 points the same way,
 # so they keep the rule. Backward (round 6, bf16 and fp16): a 4096 head with a 1024 tail measured 99.5-99.7%
 # against 91.2-96.5% for one 8192 block at N = 4610 and 5000; longer heads were mixed (8192 + 4096 at 10,920:
 # +3 points; 8192 + 2048 at 9512: -5) or lost (16,384 + 2048-8192 at 18,000-21,439: 14 to 19 points lower),
 # so they keep fp32's rule.
-# A 4096 head with a tail of up to 1024 lanes on 4 warps, forward (tools/probe_any_n.py rounds 14 and 15,
+# A 4096 head with a tail of up to 1024 lanes on 4 warps, forward (probes/softmax_any_n.py rounds 14 and 15,
 # bf16 and fp16): 4610 85.4 -> 96.0% of the copy ceiling (fp16 86.2 -> 96.5), 4709 86.1 -> 96.4, 4993 88.3 ->
 # 96.7, against one 8192-lane block on 16 warps, and 2-4 points above that block on 8.
 _WIDE_TAIL_HEADS = {"forward": {4096: 4, 8192: 16, 16384: 16}, "backward": {4096: 4}}  # head -> num_warps
@@ -95,7 +95,7 @@ _HALF_WARPS_FILL = 3 / 4
 
 # ...and 2-byte backward rows held as one 16,384-lane block (N = 8193-16,384 without a tail) reload y and dy
 # for dx instead of holding them across the row's reduction (SoftmaxPlan.reload): 8 warps while the row fills
-# at most two thirds of the block, 32 above. Measured on the H100 (tools/probe_any_n.py round 10, M*N*2 =
+# at most two thirds of the block, 32 above. Measured on the H100 (probes/softmax_any_n.py round 10, M*N*2 =
 # 256 MiB, bf16 unless named), against the held row on 16 warps: 9001 87.6 -> 100.2% of the copy ceiling;
 # 9512 90.9 -> 99.9 (fp16 91.0 -> 100.2); 10,000 95.0 -> 98.5; 10,920 94.6 -> 99.5 (fp16 94.3 -> 98.9);
 # 12,000 99.1 -> 101.0; 13,001 96.7 -> 99.5; 15,000 100.0 -> 100.3; 16,384 100.4 -> 100.9. On 8 warps the
@@ -107,7 +107,7 @@ _RELOAD_WARPS = ((2 / 3, 8), (1.0, 32))  # (largest fill of the block, num_warps
 # ...and 2-byte forward rows whose lanes are a head of 16,384 plus a tail (N = 16,385-24,576), or an
 # 8192 head plus a wide tail on a cut row, run on a persistent grid with their next rows' loads pipelined
 # (SoftmaxPlan.stages, _softmax_fwd_rows_pipelined_kernel). One-row programs of that many lanes leave DRAM
-# idle between a row's load and its store. Measured on the H100 (tools/probe_any_n.py rounds 4 and 5,
+# idle between a row's load and its store. Measured on the H100 (probes/softmax_any_n.py rounds 4 and 5,
 # M*N*2 = 256 MiB, bf16 unless named; lengths of round 5 not chosen on): 17,523 76.0 -> 89.0% of the copy
 # ceiling; 18,000 81.8 -> 88.3; 19,999 84.7 -> 88.1; 20,480 (M = 4096) 84.3 -> 89.7; 21,439 68.2 -> 75.8;
 # 22,000 76.1 -> 88.7 (fp16 76.3 -> 88.6); 24,576 82.2 -> 91.9; 9512 74.8 -> 86.4; 10,039 76.6 -> 85.3.
@@ -129,7 +129,7 @@ _ONLINE_WARPS = 8
 
 # Split-row settings by direction and element size: (slice width BLOCK_N, num_warps). A row needs all its
 # slices resident at once, so the number of slices is capped far below what one wave of 132 SMs holds.
-# The backward's, measured on the H100 with tools/probe_any_n.py (M*N*size of 256 MiB-1 GiB, 21 pairs of
+# The backward's, measured on the H100 with probes/softmax_any_n.py (M*N*size of 256 MiB-1 GiB, 21 pairs of
 # length and dtype of 17,001-262,144, all three dtypes): slices of 8192 on 4 warps were within a point of the
 # best of 4096-16,384 lanes on 2-16 warps at every pair (bf16 36,481: 81.8% of the copy ceiling against 82.7%
 # on 4096 x 2), also where narrower slices hold the row in fewer lanes (fp32 17,001: 95.8% against 94.5% on
@@ -137,7 +137,7 @@ _ONLINE_WARPS = 8
 # 2-byte 100,000 and 131,072 (rounds 6 and 7).
 _SPLIT_ROW_SETTINGS = {"forward": {4: (8192, 4), 2: (8192, 4)}, "backward": {4: (8192, 4), 2: (8192, 4)}}
 # The forward's slices compile under a register cap (SoftmaxPlan.max_registers) by (element size, rows cut at
-# 16-byte boundaries): the cap that fits one more program an SM. Compiled for sm_90 (tools/occupancy.py), the
+# 16-byte boundaries): the cap that fits one more program an SM. Compiled for sm_90 (probes/occupancy.py), the
 # slice kernel takes 91 registers a thread in 2-byte rows (five programs of 4 warps an SM) and 105-107 in
 # cut fp32 rows (four); capped at 80 and 96 six and five fit, a few bytes spilled. Measured on the H100
 # (rounds 14-16, M*N*size >= 256 MiB, every split-row length of softmax-any-n's draw): 2-byte +1.6 to +5.5
@@ -149,7 +149,7 @@ _SPLIT_ROW_MAX_REGISTERS = {(2, False): 80, (2, True): 80, (4, True): 96}
 # ...except 2-byte backward rows of at most _CLUSTER_MAX_SPLITS slices on a GPU with clusters (compute
 # capability 9.0 and later), whose slices are one cluster of the launch and meet at its barrier instead of
 # taking tickets and spinning on a counter (SoftmaxPlan.cluster), in slices of 4096 lanes while the row needs
-# at most _CLUSTER_NARROW_MAX_SPLITS of them. Measured on the H100 (tools/probe_any_n.py rounds 12 and 13,
+# at most _CLUSTER_NARROW_MAX_SPLITS of them. Measured on the H100 (probes/softmax_any_n.py rounds 12 and 13,
 # M*N*2 = 256 MiB, bf16 unless named), against the ticketed slices of 8192: 33,333 79.0 -> 90.0% of the copy
 # ceiling (9 x 4096; 86.8 on 5 x 8192); 36,481 82.8 -> 91.8 (9 x 4096); 46,372 83.9 -> 92.1 (4096: 91.7);
 # fp16 41,187 80.2 -> 90.4 (4096: 90.2); 53,341 85.0 -> 89.6; 62,058 86.2 -> 94.3; 65,536 89.3 -> 96.6;

@@ -130,7 +130,7 @@ def _swiglu_bwd_kernel(
 # --------------------------------------------------------------------------------------------------------
 
 # Elements a program streams, and its warps, by direction. Measured on an H100 at 4096 x 14336
-# (tools/gpu_check_fusions.py, notes/fusions.md): every block of 1024-4096 elements on 8 warps ran within a
+# (checks/fusions.py, notes/fusions.md): every block of 1024-4096 elements on 8 warps ran within a
 # point of the others (96.6-99.8% of the copy ceiling); 2048 was best or level forward, 1024 backward.
 BLOCK_SETTINGS = {"forward": (2048, 8), "backward": (1024, 8)}
 # A row-wise launch shrinks its block (down to MIN_BLOCK) while the padding of each row's last block would

@@ -41,7 +41,7 @@ STYLE = {
     "grid.alpha": 0.3,
     "figure.dpi": 100,
 }
-FIG_WIDTH = 8.0  # inches: 768 CSS px, inside the ~900 px column; see the module docstring for the phone
+FIG_WIDTH = 7.5  # inches: 720 CSS px, inside the ~900 px column; see the module docstring for the phone
 PLOT_IN = 3.7  # inches of a chart against a swept dimension under its header: axes, ticks and labels
 ROW_IN = 0.3  # inches per case where the cases are the rows of a chart (one line of 12 pt text and air)
 MAX_HEIGHT_IN = 16.0  # 1,536 CSS px at full width: the tallest figure a page shows
@@ -120,7 +120,8 @@ def figure(height: float, rows: int = 1, cols: int = 1, **kwargs):
                         squeeze=False, **kwargs)
 
 
-LEGEND_CHARS = 94  # 12 pt characters (about 6 pt each) across FIG_WIDTH; a handle and its spacing take 8
+LEGEND_CHARS = round(FIG_WIDTH * 72 / 6) - 2  # 12 pt characters (about 6 pt each) across the figure;
+# a handle and its spacing take 8
 
 
 def _column_sizes(entries: int, columns: int) -> list[int]:

@@ -109,6 +109,8 @@ def test_plots_are_valid_svg_with_the_data_and_no_date(outputs):
     for name in ("subject-kernel (subject)", "base-one", "base-two"):
         assert name in sweep
     assert "wrong" not in sweep.split("</metadata>")[-1], "an incorrect profile is never plotted"
+    # a peer that declines some points says so once, in its legend entry, and nowhere else
+    assert sweep.count("unsupported") == 1 and "base-two (unsupported for N &gt; 2,048)" in sweep
     assert "<dc:date>" not in sweep
     bars = outputs["assets/plots/fixture-single--cpu-interpreter--float16.svg"]
     assert "cpu-interpreter: not performance evidence" in bars and "unavailable" in bars

@@ -1,13 +1,15 @@
 """Where a call's time goes, op by op: the view and the chart of the records' `breakdown` blocks
 (lab.measure.breakdown).
 
-Per GPU run and dtype: one chart with a panel per case and, in each, one stacked bar per profile on the GPU-time
-clock: its ops' kernel time in launch order, then the GPU's time between kernels (hatched; the host kept out
-of the way by the device hold), which together make the call's GPU span. Where the record has the same call
-on the eager-call clock (the breakdown's "eager" part), a second bar shows it: the host's gap before the call's
-first kernel, then per op the GPU's idle time before its kernels (the host's gap as the program pays it) and
-its kernel time; the eager-call median is marked on it. Older records without that part keep one bar, with
-the eager-call median minus the span (dotted) as the host's wait. The tables under it give each op's
+Per GPU run and dtype: one chart with a panel per case (each on its own µs scale, two or three panels to a
+row under one legend) and, in each, a row per profile on the GPU-time clock: its ops' kernel time in launch
+order, then the GPU's time between kernels (hatched; the host kept out of the way by the device hold), which
+together make the call's GPU span. Where the record has the same call on the eager-call clock (the
+breakdown's "eager" part), a second bar under it shows that: the host's gap before the call's first kernel,
+then per op the GPU's idle time before its kernels (the host's gap as the program pays it) and its kernel
+time; the eager-call median is marked on it. Older records without that part keep one bar, with the
+eager-call median minus the span (dotted) as the host's wait. Many cases make thinner bars, never a figure
+taller than lab.publish.plot_style.MAX_HEIGHT_IN. The tables under it give each op's
 provenance (the lab's kernels or torch's, as measured from kernel names and as the launch plan declares),
 time, share of the span and host gap, and how close each span lies to its clock's median (`coverage`).
 """
@@ -20,12 +22,15 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from experiments.spec import Experiment  # noqa: E402
 from lab.evidence.records import Point, RunRecord  # noqa: E402
 from lab.evidence.verdict import EAGER_CALL, SLOWER, PointJudgement, judge_point  # noqa: E402
 from lab.publish import formatting as fmt  # noqa: E402
-from lab.publish.plots import FIGSIZE, STYLE, _svg, plain  # noqa: E402
+from lab.publish.plot_style import (  # noqa: E402
+    MAX_HEIGHT_IN, NUMBER_FORMAT, STYLE, figure, header, header_height, plain, svg,
+)
 
 # Twenty paired hues and twenty more: a layer's ops, fused ones and torch.compile's kernel classes together,
 # stay apart (more than forty ops would reuse colours, in order).
@@ -268,81 +273,116 @@ def _eager_slower(experiment: Experiment, run: RunRecord, point: Point) -> dict 
     return row
 
 
+PAIR_IN = 0.34  # inches per profile in a panel: its GPU-time bar over its eager-call bar
+SINGLE_IN = 0.26  # inches per profile where no profile has an eager-call breakdown
+BAR = 0.4  # a bar's thickness in rows where two share a row
+
+
+def _panel_grid(cases: int) -> tuple[int, int]:
+    """(rows, columns) of panels: one column for one or two cases, two up to twelve, three past that."""
+    columns = 1 if cases <= 2 else 2 if cases <= 12 else 3
+    return -(-cases // columns), columns
+
+
+def _gpu_time_bar(ax, y: float, height: float, result, colours) -> bool:
+    """The call on the GPU-time clock: its ops' kernels, the gaps between kernels, the host's wait where the
+    record has no eager-call breakdown, and the median; True where that wait was drawn."""
+    left = 0.0
+    for op in result.breakdown["ops"]:
+        ax.barh(y, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=height)
+        left += op["ms"] * 1e3
+    gap = result.breakdown["gap_ms"] * 1e3
+    ax.barh(y, gap, left=left, color=GAP_COLOUR, hatch="//", edgecolor="#868e96", height=height, linewidth=0)
+    wait = _host_wait_ms(result) if _eager(result) is None else None
+    if wait:
+        ax.barh(y, wait * 1e3, left=left + gap, color="white", hatch="..", edgecolor=HOST_EDGE, height=height)
+    ax.plot([result.p50_ms * 1e3] * 2, [y - 0.55 * height, y + 0.55 * height], color="#212529", linewidth=1.8)
+    return bool(wait)
+
+
+def _eager_bar(ax, y: float, height: float, result, colours) -> None:
+    """The call on the eager-call clock: the host's gap before its first kernel, then per op the GPU's idle
+    time before its kernels and their time; the eager-call median marked (dashed)."""
+    eager = _eager(result)
+    ax.barh(y, eager["lead_ms"] * 1e3, color="white", hatch="xx", edgecolor=HOST_EDGE, height=height)
+    left = eager["lead_ms"] * 1e3
+    for op in eager["ops"]:
+        ax.barh(y, op["gap_ms"] * 1e3, left=left, color="white", hatch="..", edgecolor=HOST_EDGE, height=height)
+        left += op["gap_ms"] * 1e3
+        ax.barh(y, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=height)
+        left += op["ms"] * 1e3
+    if result.eager is not None and result.eager.p50_ms is not None:
+        ax.plot([result.eager.p50_ms * 1e3] * 2, [y - 0.55 * height, y + 0.55 * height], color="#212529",
+                linewidth=1.8, linestyle=(0, (2, 1.5)))
+
+
+def _key(ops, colours, eager: bool, wait: bool) -> tuple[list, list[str]]:
+    """The legend: every op's colour, then what the hatches and the median marks mean."""
+    swatch = lambda **style: plt.Rectangle((0, 0), 1, 1, **style)  # noqa: E731
+    handles = [swatch(color=colours[op]) for op in ops]
+    labels = [plain(op) for op in ops]
+    handles.append(swatch(facecolor=GAP_COLOUR, hatch="//", edgecolor="#868e96"))
+    labels.append("GPU idle between kernels")
+    if eager:
+        handles += [swatch(facecolor="white", hatch="xx", edgecolor=HOST_EDGE),
+                    swatch(facecolor="white", hatch="..", edgecolor=HOST_EDGE)]
+        labels += ["host gap before the call", "host gap before an op"]
+    if wait:
+        handles.append(swatch(facecolor="white", hatch="..", edgecolor=HOST_EDGE))
+        labels.append("host wait (eager median − span)")
+    handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.8))
+    labels.append("GPU-time median" + (" (upper bar)" if eager else ""))
+    if eager:
+        handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.8, linestyle=(0, (2, 1.5))))
+        labels.append("eager-call median (lower bar)")
+    return handles, labels
+
+
 def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gpu_label: str) -> str:
+    """One panel per case (each on its own µs scale), two or three to a row; in each, a row per profile: its
+    GPU-time bar, and under it its eager-call bar where the record has one. The legend sits above them."""
     points = [p for p in run.points if p.dtype == dtype and any(_usable(r) for r in p.results.values())]
     ops = _op_order(points)
     colours = {op: OP_PALETTE[i % len(OP_PALETTE)] for i, op in enumerate(ops)}
-    names = [p.name for p in experiment.profiles]
-    drawn = set()  # which host segments and marks appear, for the legend
+    names = [n for n in (p.name for p in experiment.profiles)
+             if any(n in p.results and _usable(p.results[n]) for p in points)]
+    eager = any(_eager(p.results[n]) for p in points for n in names if n in p.results)
+    wait = any(_eager(p.results[n]) is None and _host_wait_ms(p.results[n])
+               for p in points for n in names if n in p.results and _usable(p.results[n]))
+    handles, labels = _key(ops, colours, eager, wait)
+    grid_rows, columns = _panel_grid(len(points))
     with plt.rc_context(STYLE):
-        bars = [sum(2 if _eager(p.results[n]) else 1 for n in names if n in p.results and _usable(p.results[n]))
-                for p in points]
-        legend_rows = len(ops) + 6
-        legend_in = 0.24 * legend_rows + 0.3  # inches under the panels for the legend
-        height = 0.34 * sum(bars) + 1.0 * len(points) + 0.6 + legend_in
-        # One column at the site's plot width, so the text keeps its size on a phone (as every other plot).
-        fig, axes = plt.subplots(len(points), 1, figsize=(FIGSIZE[0], height), squeeze=False,
-                                 gridspec_kw={"height_ratios": [max(1, b) for b in bars]})
-        for ax, point in zip(axes.flat, points):
-            labels = []
-            for name in (n for n in names if n in point.results and _usable(point.results[n])):
-                result = point.results[name]
-                eager = _eager(result)
-                row = len(labels)
-                labels.append(name)
-                left = 0.0
-                for op in result.breakdown["ops"]:
-                    ax.barh(row, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=0.7)
-                    left += op["ms"] * 1e3
-                gap = result.breakdown["gap_ms"] * 1e3
-                ax.barh(row, gap, left=left, color=GAP_COLOUR, hatch="//", edgecolor="#868e96", height=0.7)
-                wait = _host_wait_ms(result)
-                if wait and eager is None:
-                    ax.barh(row, wait * 1e3, left=left + gap, color="white", hatch="..", edgecolor=HOST_EDGE,
-                            height=0.7)
-                    drawn.add("wait")
-                ax.plot([result.p50_ms * 1e3] * 2, [row - 0.42, row + 0.42], color="#212529", linewidth=1.6)
-                if eager is None:
-                    continue
-                row = len(labels)
-                labels.append(f"{name}, eager")
-                ax.barh(row, eager["lead_ms"] * 1e3, color="white", hatch="xx", edgecolor=HOST_EDGE, height=0.7)
-                left = eager["lead_ms"] * 1e3
-                for op in eager["ops"]:
-                    ax.barh(row, op["gap_ms"] * 1e3, left=left, color="white", hatch="..", edgecolor=HOST_EDGE,
-                            height=0.7)
-                    left += op["gap_ms"] * 1e3
-                    ax.barh(row, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=0.7)
-                    left += op["ms"] * 1e3
-                drawn.add("eager")
-                if result.eager is not None and result.eager.p50_ms is not None:
-                    ax.plot([result.eager.p50_ms * 1e3] * 2, [row - 0.42, row + 0.42], color="#212529",
-                            linewidth=1.6, linestyle=(0, (2, 1.5)))
-            ax.set_yticks(range(len(labels)), [plain(n) for n in labels])
-            ax.invert_yaxis()
-            ax.set_title(plain(point.case))
-            ax.set_xlabel("µs per call")
-            ax.grid(axis="y", visible=False)
-        handles = [plt.Rectangle((0, 0), 1, 1, color=colours[op]) for op in ops]
-        labels = [plain(op) for op in ops]
-        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=GAP_COLOUR, hatch="//", edgecolor="#868e96"))
-        labels.append("between kernels (GPU-time clock)")
-        if "eager" in drawn:
-            handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="xx", edgecolor=HOST_EDGE))
-            labels.append("host gap before the call's first kernel (eager)")
-            handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="..", edgecolor=HOST_EDGE))
-            labels.append("host gap before the op's kernels (eager)")
-        if "wait" in drawn:
-            handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", hatch="..", edgecolor=HOST_EDGE))
-            labels.append("host wait (eager-call median − span)")
-        handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6))
-        labels.append("GPU-time clock median")
-        if "eager" in drawn:
-            handles.append(plt.Line2D([0], [0], color="#212529", linewidth=1.6, linestyle=(0, (2, 1.5))))
-            labels.append("eager-call clock median")
-        fig.legend(handles, labels, loc="lower center", ncol=1, frameon=False, bbox_to_anchor=(0.5, 0.0))
-        fig.suptitle(plain(f"Time per call, op by op\n{gpu_label}, {dtype}"))
-        fig.tight_layout(rect=(0, legend_in / height, 1, 1 - 0.35 / height))
-        svg = _svg(fig)
-        plt.close(fig)
-    return svg
+        per_profile = PAIR_IN if eager else SINGLE_IN
+        head = header_height(labels) + 0.45  # title, legend, the shared axis label
+        panel = per_profile * len(names) + 0.72  # a panel's rows, its title and its ticks
+        if head + grid_rows * panel > MAX_HEIGHT_IN:  # many cases: thinner bars, never a taller figure
+            per_profile = max(0.18, (MAX_HEIGHT_IN - head) / grid_rows - 0.72) / len(names)
+            panel = per_profile * len(names) + 0.72
+        fig, axes = figure(head + grid_rows * panel, grid_rows, columns, sharey=True)
+        try:
+            for ax, point in zip(axes.flat, points):
+                for row, name in enumerate(names):
+                    result = point.results.get(name)
+                    if result is None or not _usable(result):
+                        continue
+                    if eager:
+                        _gpu_time_bar(ax, row - BAR / 2, BAR, result, colours)
+                        if _eager(result) is not None:
+                            _eager_bar(ax, row + BAR / 2, BAR, result, colours)
+                    else:
+                        _gpu_time_bar(ax, row, 0.6, result, colours)
+                ax.set_title(plain(point.case), fontsize=STYLE["font.size"])
+                ax.xaxis.set_major_locator(MaxNLocator(4))
+                ax.xaxis.set_major_formatter(NUMBER_FORMAT)
+                ax.grid(axis="y", visible=False)
+                ax.tick_params(axis="y", length=0)
+            for ax in list(axes.flat)[len(points):]:
+                ax.set_visible(False)
+            first = axes[0][0]
+            first.set_yticks(range(len(names)), [plain(n) for n in names])
+            first.set_ylim(len(names) - 0.5, -0.5)
+            fig.supxlabel("µs per call (each panel on its own scale)", fontsize=STYLE["font.size"])
+            header(fig, f"Time per call, op by op · {gpu_label} · {dtype}", handles, labels)
+            return svg(fig)
+        finally:
+            plt.close(fig)

@@ -24,11 +24,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
 
 from experiments.spec import Experiment  # noqa: E402
 from lab.evidence.records import RunRecord  # noqa: E402
 from lab.publish.collect import profile_names  # noqa: E402
-from lab.publish.plots import FIGSIZE, PALETTE, STYLE, SUBJECT_COLOUR, _svg, case_tick, plain  # noqa: E402
+from lab.publish.plot_style import (  # noqa: E402
+    NUMBER_FORMAT, PALETTE, STYLE, SUBJECT_COLOUR, figure, header, plain, svg,
+)
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
@@ -98,31 +101,34 @@ def render_roofline_plot(experiment: Experiment, run: RunRecord, gpu_label: str)
     if peak:
         knee = peak * 1e3 / ceiling
         lo, hi = min(lo, knee / 8), max(hi, knee * 8)
+    handles = [plt.Line2D([0], [0], color=colours[n], marker="o", linestyle="", markersize=8) for n in names]
+    handles += [plt.Line2D([0], [0], color="#495057", marker=MARKERS[i % len(MARKERS)], linestyle="", markersize=8)
+                for i in range(len(cases))]
+    labels = [plain(n) for n in names] + [plain(c) for c in cases]
     with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(FIGSIZE[0], FIGSIZE[1] * 1.35))
+        fig, axes = figure(5.0)
+        ax = axes[0][0]
         grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
         memory = [ceiling * x / 1e3 for x in grid]
         roof = [min(m, peak) for m in memory] if peak else memory
         ax.plot(grid, roof, color="#212529", linewidth=1.8)
-        ax.annotate(plain(f"copy {ceiling:,.0f} GB/s"), (grid[20], memory[20]), rotation=0,
-                    xytext=(4, 6), textcoords="offset points")
+        ax.annotate(plain(f"copy {ceiling:,.0f} GB/s"), (grid[20], memory[20]), xytext=(4, 6),
+                    textcoords="offset points")
         if peak:
             ax.annotate(plain(f"matmul {peak:,.0f} TFLOP/s"), (grid[-1], peak), ha="right",
                         xytext=(0, 6), textcoords="offset points")
         for p in points:
-            ax.scatter(p["intensity"], p["tflops"], color=colours[p["profile"]], s=60, zorder=3,
+            ax.scatter(p["intensity"], p["tflops"], color=colours[p["profile"]], s=64, zorder=3,
                        marker=MARKERS[cases.index(p["case"]) % len(MARKERS)], edgecolor="white", linewidth=0.8)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # 0.05, 10, 1,000 in full; minor ticks unlabelled
+            axis.set_major_formatter(NUMBER_FORMAT)
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("FLOP per DRAM byte")
         ax.set_ylabel("achieved TFLOP/s")
-        ax.set_title(plain(f"Roofline, {gpu_label}"))
-        handles = [plt.Line2D([0], [0], color=colours[n], marker="o", linestyle="") for n in names]
-        handles += [plt.Line2D([0], [0], color="#495057", marker=MARKERS[i % len(MARKERS)], linestyle="")
-                    for i in range(len(cases))]
-        labels = [plain(n) for n in names] + [plain(case_tick(c)) for c in cases]
-        ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
-        fig.tight_layout()
-        svg = _svg(fig)
-        plt.close(fig)
-    return svg
+        header(fig, f"Roofline · {gpu_label}", handles, labels, 5.0)
+        try:
+            return svg(fig)
+        finally:
+            plt.close(fig)

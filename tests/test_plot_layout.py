@@ -187,7 +187,7 @@ def test_attention_speedup_reads_across_with_the_margin_and_every_gpu(figures):
     (fig,) = figures
     _check_readable(fig)
     legend = _legend_texts(fig)
-    assert "tie: 1 ± 1.2% (Level)" in legend and "H100" in legend and "H200" in legend
+    assert "tie: margin ±1.2% (Level)" in legend and "H100" in legend and "H200" in legend
     assert "against the claim (▼)" in legend
     assert fig.get_figheight() * 96 <= 1200  # CSS px at full width: 34 rows in about a screen and a half
 

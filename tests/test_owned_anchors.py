@@ -82,13 +82,12 @@ NAME = "NVIDIA H100 <b>80GB</b> `HBM3` [x](javascript:alert(1)) {#nvidia-h100-80
 
 
 def _hostile_newest(records: Path) -> None:
-    """Copy the real decoder-block and decoder-block-graphed records, then add on top of them a newest valid
+    """Copy the real records (the posts' checked figures read them), then add on top of decoder-block's a newest valid
     record with markup in its GPU name (same GPU key), and a still newer one whose run id is not its file's
     name (refused, so the render goes on without it)."""
     from lab.evidence.store import compress, read_json
 
-    for slug in (SLUG, "decoder-block-graphed"):
-        shutil.copytree(REPO_ROOT / "records" / slug, records / slug)
+    shutil.copytree(REPO_ROOT / "records", records)
     base = next(data for path in sorted((records / SLUG).glob("*.json.gz"), reverse=True)
                 if (data := read_json(path))["environment"]["gpu_key"] == GPU_KEY and data.get("profiling"))
     hostile = copy.deepcopy(base)

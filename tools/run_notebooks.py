@@ -5,7 +5,9 @@
     python tools/run_notebooks.py --allow-cpu --check   run through Triton's interpreter, save nothing
 
 The published outputs must come from a GPU: without CUDA this refuses to save (a CPU run's timings measure
-the interpreter). `mkdocs build` never executes notebooks; it shows what this script saved.
+the interpreter). Saved outputs are stamped with the hash of the code cells that made them
+(lab.publish.jupyter); `mkdocs build` never executes notebooks, shows what this script saved, and marks a
+notebook whose outputs are missing or were made by other code.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lab.publish.jupyter import stamp  # noqa: E402
 NOTEBOOK_DIR = ROOT / "docs" / "notebooks"
 GPU_MARKER = "device: cuda"  # printed by every notebook's first code cell on a GPU
 CPU_MARKER = "cpu-interpreter"  # printed instead when the kernels run through the interpreter
@@ -99,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         if GPU_MARKER not in output_text(nb):
             print(f"run_notebooks: {path} never printed {GPU_MARKER!r}; not saving it", file=sys.stderr)
             return 1
+        stamp(nb, torch.cuda.get_device_name(0), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         nbformat.write(nb, path)
         print(f"run_notebooks: {path}: outputs saved")
     return 0

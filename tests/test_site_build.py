@@ -228,21 +228,23 @@ def test_records_are_published_at_their_own_path(tmp_path):
     assert f.url == "records/softmax-x/20261101T000000Z-abc.json"
 
 
-def test_compressed_records_are_published_as_plain_json_at_the_same_link(tmp_path):
+def test_compressed_records_are_published_compressed_at_their_own_path(tmp_path):
     import gzip
 
     from mkdocs.structure.files import Files
 
     (tmp_path / "records" / "softmax-x").mkdir(parents=True)
     text = '{"schema_version": 1}\n'
-    (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json.gz").write_bytes(gzip.compress(text.encode()))
+    stored = tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json.gz"
+    stored.write_bytes(gzip.compress(text.encode()))
     config = _config(tmp_path)
     (f,) = hooks.on_files(Files([]), config=config)
-    assert f.src_uri == f.dest_uri == "records/softmax-x/20261101T000000Z-abc.json"
+    assert f.src_uri == f.dest_uri == "records/softmax-x/20261101T000000Z-abc.json.gz"
     f.copy_file()
-    assert Path(f.abs_dest_path).read_text() == text
+    assert Path(f.abs_dest_path).read_bytes() == stored.read_bytes()
+    assert gzip.decompress(Path(f.abs_dest_path).read_bytes()).decode() == text
     (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json").write_text(text)
-    with pytest.raises(Exception, match="would both be published"):
+    with pytest.raises(Exception, match="both record the run"):
         hooks.on_files(Files([]), config=config)
 
 

@@ -2,11 +2,11 @@
 
 * Refuses to build without the vendored KaTeX and fonts (tools/vendor_assets.py): a site that would
   reach for a CDN, or show raw TeX, is worse than a clear error.
-* Publishes every run record under records/ (repository root) at the same path in the site,
-  records/<slug>/<run-id>.json, so generated pages link the raw data and `--strict` checks those links; a
-  record stored compressed (<run-id>.json.gz) is published decompressed, as the plain JSON a browser shows.
-  Nothing else there is published: another file, or one behind a symbolic link, is left out with a warning
-  (which fails a --strict build).
+* Publishes every run record under records/ (repository root) at the same path in the site, byte for
+  byte: records/<slug>/<run-id>.json.gz stays compressed (the records are most of the repository's weight;
+  decompressed they would be most of the site's), a plain <run-id>.json stays plain. Generated pages link
+  the file as it is stored, and `--strict` checks those links. Nothing else there is published: another
+  file, or one behind a symbolic link, is left out with a warning (which fails a --strict build).
   `mkdocs serve` watches records/ as soon as it exists.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
@@ -16,13 +16,11 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib.util
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -140,20 +138,9 @@ def on_nav(nav: Navigation, config, files: Files) -> Navigation:
 # --------------------------------------------------------------------------------------------------------
 
 
-class CompressedRecord(File):
-    """A site file whose source is gzip-compressed: decompressed while it is copied into the site."""
-
-    def copy_file(self, dirty: bool = False) -> None:
-        if dirty and not self.is_modified():
-            return
-        os.makedirs(os.path.dirname(self.abs_dest_path), exist_ok=True)
-        with gzip.open(self.abs_src_path, "rb") as source, open(self.abs_dest_path, "wb") as out:
-            shutil.copyfileobj(source, out)
-
-
 def record_files(root: Path, config) -> list[File]:
-    """A site file for every file under <root>/records/, at the same relative path in the site; a .json.gz
-    record at its .json path, decompressed."""
+    """A site file for every run record under <root>/records/, at the same relative path in the site and
+    copied as it is (a .json.gz record stays compressed)."""
     base = root / RECORDS_DIR
     if not base.is_dir():
         return []
@@ -169,16 +156,14 @@ def record_files(root: Path, config) -> list[File]:
         if not RECORD_NAME.fullmatch("/".join(parts)):
             log.warning(f"{path} is not a run record (records/<slug>/<run-id>.json.gz): not published")
             continue
-        uri = path.relative_to(root).as_posix()
-        kind = CompressedRecord if uri.endswith(".json.gz") else File
-        files.append(kind.generated(config, uri.removesuffix(".gz") if kind is CompressedRecord else uri,
-                                    abs_src_path=str(path)))
+        files.append(File.generated(config, path.relative_to(root).as_posix(), abs_src_path=str(path)))
     seen: dict[str, str] = {}
     for f in files:
-        if f.src_uri in seen:
-            raise PluginError(f"{seen[f.src_uri]} and {f.abs_src_path} would both be published as {f.src_uri}: "
+        run = f.src_uri.removesuffix(".gz")
+        if run in seen:
+            raise PluginError(f"{seen[run]} and {f.abs_src_path} both record the run {run.removesuffix('.json')}: "
                               "a run is recorded once, compressed or not; remove one of them.")
-        seen[f.src_uri] = f.abs_src_path
+        seen[run] = f.abs_src_path
     return files
 
 

@@ -15,6 +15,7 @@ from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.escape import Md, cell, compose, declared, href
+from lab.publish.overview import record_file
 from lab.publish.views import gpu_order, run_shape
 
 
@@ -60,7 +61,7 @@ def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
                 if low else fmt.DASH,
                 "lowest_at": low.case if low else fmt.DASH,
                 "highest": fmt.ratio(high.speedup.ratio) if high else fmt.DASH,
-                "run_link": href(f"/records/{slug}/{verdict.run.run_id}.json"),
+                "run_link": href(f"/records/{slug}/{record_file(verdict.run)}"),
                 "run_id": fmt.short_run_id(verdict.run.run_id),
             })
     return rows

@@ -3,9 +3,10 @@ numbers, the summary card, the GPUs side by side and the history (lab.publish.ov
 GPU: the tables of each dtype (with the model columns an experiment declares, experiments.spec.PointColumn),
 the profiled (Nsight Compute) facts and the run facts.
 
-Links: pages under docs/experiments/ link relatively (../records/<slug>/<id>.json is published by the site's
-hook). Record text goes into these models as it is: the templates escape every value (lab.publish.escape);
-what a model builds as Markdown of its own (a status mark, a code span, a link, a badge) is an Md.
+Links: pages under docs/experiments/ link relatively (../records/<slug>/<id>.json.gz is published as stored
+by the site's hook). Record text goes into these models as it is: the templates escape every value
+(lab.publish.escape); what a model builds as Markdown of its own (a status mark, a code span, a link, a badge)
+is an Md.
 """
 
 from __future__ import annotations

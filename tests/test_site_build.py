@@ -334,6 +334,14 @@ def test_serve_rerenders_only_when_the_evidence_inputs_change(tmp_path, monkeypa
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "e.py").write_text("X = 1\n")
     assert hooks.rerender_if_changed(tmp_path) and runs() == 3
+    # A new server process (nothing in memory) finds the inputs of the last render kept on disk: no render.
+    monkeypatch.setattr(hooks, "_rendered_fingerprint", None)
+    assert not hooks.rerender_if_changed(tmp_path) and runs() == 3
+    (tmp_path / "records" / "x" / "new.json").write_text("{ }")
+    thread = hooks.rerender_in_background(tmp_path)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert runs() == 4 and hooks.rerender_in_background(tmp_path) is None
 
 
 def test_a_failing_renderer_is_reported_not_raised(tmp_path, monkeypatch, caplog):

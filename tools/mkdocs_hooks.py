@@ -11,7 +11,11 @@
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
 * Under `mkdocs serve`, re-renders the evidence pages (tools/build_results.py --render-only) whenever a
-  record, a page template or a declaration changed, so the served site follows the evidence live.
+  record, a page template or a declaration changed, so the served site follows the evidence live. The render
+  runs beside the server, never inside a rebuild: the site is served at once from the pages on disk, an
+  edited post reloads without waiting for it, and the pages it rewrites trigger their own reload. What it
+  last rendered from is kept in .cache/ (a digest of its inputs), so a restart with nothing changed renders
+  nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -43,9 +48,13 @@ LISTED_SECTIONS = ("experiments", "decisions")
 RENDER_INPUTS = ("records", "lab", "experiments", "kernels")
 RENDER_COMMAND = ("tools/build_results.py", "--render-only")
 
+# Where the digest of the inputs of the last successful render is kept, from the repository root.
+FINGERPRINT_FILE = ".cache/kernel-lab/evidence-inputs.sha256"
+
 # MkDocs loads this module once per process and keeps it across the rebuilds of `mkdocs serve`.
 _serving = False
 _rendered_fingerprint: str | None = None
+_render_thread: threading.Thread | None = None
 
 
 def project_root(config) -> Path:
@@ -89,7 +98,7 @@ def on_config(config):
 
 def on_pre_build(config) -> None:
     if _serving:
-        rerender_if_changed(project_root(config))
+        rerender_in_background(project_root(config))
 
 
 def on_files(files: Files, config) -> Files:
@@ -228,13 +237,31 @@ def render_fingerprint(root: Path) -> str:
     return h.hexdigest()
 
 
+def _stored_fingerprint(root: Path) -> str | None:
+    try:
+        return (root / FINGERPRINT_FILE).read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _store_fingerprint(root: Path, fingerprint: str) -> None:
+    try:
+        path = root / FINGERPRINT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(fingerprint + "\n", encoding="ascii")
+    except OSError as exc:  # a read-only checkout still serves; it only renders again on the next start
+        log.debug(f"could not keep the render's fingerprint: {exc}")
+
+
 def rerender_if_changed(root: Path) -> bool:
-    """Run the renderer when its inputs changed since the last render of this process; True if it ran."""
+    """Run the renderer when its inputs changed since the last successful render (of this process, or kept
+    in FINGERPRINT_FILE by an earlier one); True if it ran and succeeded."""
     global _rendered_fingerprint
     fingerprint = render_fingerprint(root)
-    if fingerprint == _rendered_fingerprint:
+    if fingerprint in (_rendered_fingerprint, _stored_fingerprint(root)):
+        _rendered_fingerprint = fingerprint
         return False
-    _rendered_fingerprint = fingerprint
+    _rendered_fingerprint = fingerprint  # a failing render is reported once, not retried on every rebuild
     script = root / RENDER_COMMAND[0]
     if not script.is_file():
         log.warning(f"{RENDER_COMMAND[0]} is missing: serving the evidence pages as they are on disk")
@@ -246,5 +273,24 @@ def rerender_if_changed(root: Path) -> bool:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
         log.warning(f"re-rendering the evidence pages failed (exit {proc.returncode}):\n{tail}")
         return False
+    _store_fingerprint(root, fingerprint)
     log.info("evidence pages re-rendered from the records")
     return True
+
+
+def rerender_in_background(root: Path) -> threading.Thread | None:
+    """rerender_if_changed on a thread of its own, unless one is still running; the thread, when started.
+
+    The pages it rewrites are under docs/, which `mkdocs serve` watches, so their rebuild follows by itself;
+    inputs changed while it ran are seen by the rebuild after it (the fingerprint is taken again then).
+    """
+    global _render_thread
+    if _render_thread is not None and _render_thread.is_alive():
+        return None
+    if render_fingerprint(root) in (_rendered_fingerprint, _stored_fingerprint(root)):
+        return None
+    log.info("evidence inputs changed: re-rendering the evidence pages beside the server")
+    _render_thread = threading.Thread(target=rerender_if_changed, args=(root,), name="kernel-lab-render",
+                                      daemon=True)
+    _render_thread.start()
+    return _render_thread

@@ -43,7 +43,7 @@ def _base_file() -> Path:
 
 BASE_FILE = _base_file()
 BASE = read_json(BASE_FILE)
-GENERATED = ("docs/experiments", "docs/decisions", "docs/generated", "docs/assets/plots")
+GENERATED = ("docs/experiments", "docs/decisions", "docs/generated", "docs/points", "docs/assets/plots")
 
 
 def base(run_id: str | None = None) -> dict:

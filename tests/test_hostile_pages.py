@@ -325,6 +325,8 @@ def hostile_site(tmp_path_factory):
                     ignore=shutil.ignore_patterns("plots"))
     snippets = "\n\n".join(f'--8<-- "docs/generated/{n}.md"' for n in ("verdicts", "environment", SLUG))
     (root / "docs" / "index.md").write_text(f"# Home\n\n{snippets}\n", encoding="utf-8")
+    # The evidence pages link the decision rule, stated once in the method.
+    (root / "docs" / "method.md").write_text("# Method\n\n## From samples to a verdict\n", encoding="utf-8")
     (root / ".git").mkdir()
     (root / ".git" / "config").write_text(f"[core]\n\t{SECRET} = true\n", encoding="utf-8")
     runs = _hostile_records(root / "records")

@@ -184,7 +184,7 @@ def test_the_summary_card_and_the_gpus_side_by_side(outputs):
     assert "Margin **" in card and "](../method.md#from-samples-to-a-verdict)" in card  # the rule, linked once
     assert card.index("| Point | Speedup [95% CI] | Word |") < card.index("Best baseline")  # the answer first
     side = single[single.index("## GPUs side by side"):single.index("## Decision rule")]
-    assert "| Case | Test GPU A: speedup [95% CI] | Test GPU A | Test GPU B: speedup [95% CI] | Test GPU B |" in side
+    assert "| Case | Test GPU A: word, speedup [95% CI] | Test GPU B: word, speedup [95% CI] |" in side
     assert "different commits" in side or "one commit" in side
 
 

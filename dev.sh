@@ -4,7 +4,10 @@
 #   ./dev.sh site      build the site from the recorded evidence into site/ (on a GPU machine, first refresh
 #                      the evidence that is missing or stale for that GPU)
 #   ./dev.sh test      run the whole test suite (CPU: Triton's interpreter; browser tests in headless Chromium)
-#   ./dev.sh serve     mkdocs serve with live reload, for authors
+#   ./dev.sh serve     mkdocs serve with live reload, for authors: after the first build only the pages whose
+#                      source changed are rebuilt (--dirty; a new page or a changed nav shows fully after a
+#                      restart, or with `./dev.sh serve --full`); the evidence pages re-render beside the server
+#                      when records, declarations, templates or kernels change (tools/mkdocs_hooks.py)
 #   ./dev.sh run X ... run X in the environment: a Python script (tools/build_results.py --list) or a command
 #                      the environment installs (benchmark-softmax, mkdocs)
 #   ./dev.sh python .. the environment's Python (./dev.sh python -m pytest tests/test_softmax.py)
@@ -69,7 +72,12 @@ case "$job" in
         ;;
     serve)
         setup
-        "$VENV/bin/mkdocs" serve "$@"
+        if [ "${1:-}" = "--full" ]; then
+            shift
+            "$VENV/bin/mkdocs" serve "$@"
+        else
+            "$VENV/bin/mkdocs" serve --dirty "$@"
+        fi
         ;;
     run)
         if [ $# -eq 0 ]; then

@@ -11,6 +11,7 @@ searched for anything a record could have made live.
 from __future__ import annotations
 
 import copy
+import gzip
 import html
 import json
 import os
@@ -324,6 +325,8 @@ def hostile_site(tmp_path_factory):
                     ignore=shutil.ignore_patterns("plots"))
     snippets = "\n\n".join(f'--8<-- "docs/generated/{n}.md"' for n in ("verdicts", "environment", SLUG))
     (root / "docs" / "index.md").write_text(f"# Home\n\n{snippets}\n", encoding="utf-8")
+    # The evidence pages link the decision rule, stated once in the method.
+    (root / "docs" / "method.md").write_text("# Method\n\n## From samples to a verdict\n", encoding="utf-8")
     (root / ".git").mkdir()
     (root / ".git" / "config").write_text(f"[core]\n\t{SECRET} = true\n", encoding="utf-8")
     runs = _hostile_records(root / "records")
@@ -362,8 +365,8 @@ def test_the_hostile_site_builds_strict_and_nothing_on_it_acts(hostile_site):
                   "`</code><script>alert(18)</script>"):
         assert shown in text.replace("\u200b", ""), shown
     for run in runs:
-        published = root / "site" / "records" / SLUG / f"{run}.json"
-        assert json.loads(published.read_text(encoding="utf-8"))["run_id"] == run, "each record is published, plain"
+        published = root / "site" / "records" / SLUG / f"{run}.json.gz"
+        assert json.loads(gzip.decompress(published.read_bytes()))["run_id"] == run, "each record is published as stored"
 
 
 def test_the_hostile_plots_show_the_name_as_text(hostile_site):

@@ -145,7 +145,10 @@ def test_speedup_plots_show_the_margin_band_and_every_gpu(outputs):
 def test_pages_carry_the_rule_before_the_data_and_the_evidence_marks(outputs):
     single = outputs["experiments/fixture-single.md"]
     assert single.startswith(GENERATED_HEADER)
-    assert single.index("## Decision rule") < single.index("## GPUs side by side") < single.index("## Results")
+    # The claim and its margin open the page, in the summary card; this page's terms of the rule follow the
+    # speedups, and the rule itself is stated once, in the method (linked).
+    assert single.index("Margin ±1.0%") < single.index("## GPUs side by side") < single.index("## Decision rule") \
+        < single.index("## Results")
     assert "Margin ±1.0%" in single and "fixture: the spread the synthetic records were built with" in single
     assert 'class="kl-badge kl-badge--rejected"' in single and 'class="kl-badge kl-badge--supported"' in single
     fp16 = _evidence().verdicts["fixture-single"]["nvidia-test-gpu-a"].points[0].speedup
@@ -175,14 +178,15 @@ def test_the_history_keeps_every_run_with_the_verdict_its_data_gives(outputs):
 
 def test_the_summary_card_and_the_gpus_side_by_side(outputs):
     single = outputs["experiments/fixture-single.md"]
-    card = single[single.index('<div class="kl-card"'):single.index("## Decision rule")]
+    card = single[single.index('<div class="kl-card"'):single.index("## GPUs side by side")]
     for gpu in ("Test GPU A", "Test GPU B"):
         assert f"**{gpu}**" in card
     assert "kl-word--slower" in card and "kl-word--faster" in card
     assert "[`a1a1a1`](../records/fixture-single/20260301T100000Z-nvidia-test-gpu-a-a1a1a1.json)" in card
-    side = single[single.index("## GPUs side by side"):single.index("## History")]
-    assert ("| Case | Test GPU A: % of its roof · speedup [95% CI] | Test GPU A | Test GPU B: % of its roof · "
-            "speedup [95% CI] | Test GPU B |") in side
+    assert "Margin **" in card and "](../method.md#from-samples-to-a-verdict)" in card  # the rule, linked once
+    assert card.index("| Point | Speedup [95% CI] | Word |") < card.index("Best baseline")  # the answer first
+    side = single[single.index("## GPUs side by side"):single.index("## Decision rule")]
+    assert "| Case | Test GPU A: word, speedup [95% CI] | Test GPU B: word, speedup [95% CI] |" in side
     assert "different commits" in side or "one commit" in side
 
 
@@ -342,40 +346,41 @@ def test_a_sweep_with_a_flop_model_shows_tflops_beside_each_time():
     experiment, evidence, cases, flops_of = _flops_evidence(flop_model=True)
     page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
 
-    header, rows = page_table(page, "| Case | `subject` µs |")
-    assert header == ["Case", "`subject` µs", "Rate (% of its roof)", "TFLOP/s", "Best baseline, µs", "its TFLOP/s",
-                      "Speedup [95% CI]", "Word"]
+    # The answer's columns first (speedup, word), then the times and rates behind them.
+    header, rows = page_table(page, "| Case | Speedup [95% CI] | Word | `subject` µs |")
+    assert header == ["Case", "Speedup [95% CI]", "Word", "`subject` µs", "Best baseline, µs", "Rate (% of its roof)",
+                      "TFLOP/s", "its TFLOP/s"]
     assert sorted(rows) == sorted(cases)
     for case, (subject_ms, base_ms, _, _) in cases.items():
         row = rows[case]
-        assert row[1] == fmt.latency_us(subject_ms) and row[4] == f"`base` {fmt.latency_us(base_ms)}"
+        assert row[3] == fmt.latency_us(subject_ms) and row[4] == f"`base` {fmt.latency_us(base_ms)}"
         flops = flops_of[case]
         if flops is None:
-            assert row[3] == row[5] == fmt.DASH, "a point without a FLOP count shows a dash"
+            assert row[6] == row[7] == fmt.DASH, "a point without a FLOP count shows a dash"
             continue
-        for cell, ms in ((row[3], subject_ms), (row[5], base_ms)):
+        for cell, ms in ((row[6], subject_ms), (row[7], base_ms)):
             assert cell == fmt.tflops(flops / (ms * 1e-3) / 1e12)
             assert float(cell) == pytest.approx(flops / (ms * 1e-3) / 1e12, rel=5e-3)
-    assert rows["c1"][3] == "6.00" and rows["c2"][5] == "2.40", "FLOPs over the median time, in TFLOP/s"
+    assert rows["c1"][6] == "6.00" and rows["c2"][7] == "2.40", "FLOPs over the median time, in TFLOP/s"
 
-    header, rows = page_table(page, "| Case | Dtype | `subject` eager µs |")
-    assert header == ["Case", "Dtype", "`subject` eager µs", "its host µs", "its GB/s", "its TFLOP/s",
-                      "Best baseline, eager µs", "its host µs", "its TFLOP/s", "Speedup [95% CI]", "Word"]
+    header, rows = page_table(page, "| Case | Speedup [95% CI] | Word | Dtype | `subject` eager µs |")
+    assert header == ["Case", "Speedup [95% CI]", "Word", "Dtype", "`subject` eager µs", "its host µs", "its GB/s",
+                      "its TFLOP/s", "Best baseline, eager µs", "its host µs", "its TFLOP/s"]
     for case, (_, _, subject_ms, base_ms) in cases.items():
         row = rows[case]
-        assert row[2] == fmt.latency_us(subject_ms) and row[6] == f"`base` {fmt.latency_us(base_ms)}"
+        assert row[4] == fmt.latency_us(subject_ms) and row[8] == f"`base` {fmt.latency_us(base_ms)}"
         flops = flops_of[case]
         expected = [fmt.DASH] * 2 if flops is None else [fmt.tflops(flops / (ms * 1e-3) / 1e12)
                                                          for ms in (subject_ms, base_ms)]
-        assert [row[5], row[8]] == expected
+        assert [row[7], row[10]] == expected
 
 
 def test_a_sweep_without_a_flop_model_has_no_tflops_column():
     experiment, evidence, _, _ = _flops_evidence(flop_model=False)
     page = render_outputs(evidence)[f"experiments/{experiment.slug}.md"]
-    header, rows = page_table(page, "| Case | `subject` µs |")
-    assert header == ["Case", "`subject` µs", "Rate (% of its roof)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
+    header, rows = page_table(page, "| Case | Speedup [95% CI] | Word | `subject` µs |")
+    assert header == ["Case", "Speedup [95% CI]", "Word", "`subject` µs", "Best baseline, µs", "Rate (% of its roof)"]
     assert len(rows) == 3
-    header, _ = page_table(page, "| Case | Dtype | `subject` eager µs |")
+    header, _ = page_table(page, "| Case | Speedup [95% CI] | Word | Dtype | `subject` eager µs |")
     assert "its TFLOP/s" not in header
     assert "TFLOP/s" not in page

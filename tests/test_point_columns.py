@@ -46,16 +46,18 @@ def _page(columns, shapes: dict[str, dict], cpu: bool = False) -> str:
 def test_each_point_shows_its_declared_quantities_beside_its_timings(cpu):
     shapes = {"c1": {"M": 4, "N": 1024}, "c2": {"M": 1, "N": 65536}, "old": {"K": 3}}
     page = _page((SCORE_COLUMN, FUSED_COLUMN), shapes, cpu=cpu)
-    header, rows = page_table(page, "| Case | Unfused S² bytes |")
-    assert header[:4] == ["Case", "Unfused S² bytes", "Fused bytes", "`subject` µs"]
-    assert rows["c1"][1] == "48 MiB" == fmt.size_bytes(12 * 4 * 1024**2)
-    assert rows["c2"][1] == "48 GiB"
-    assert rows["old"][1] == fmt.DASH, "a shape the declaration cannot read (an older record's) shows a dash"
-    assert [rows[c][2] for c in ("c1", "c2", "old")] == ["1 MiB", "2 MiB", "3 MiB"], "the recorded byte model"
+    # The answer's columns first (point, speedup, word), the declared quantities last.
+    header, rows = page_table(page, "| Case | Speedup [95% CI] | Word | `subject` µs |")
+    assert header[:4] == ["Case", "Speedup [95% CI]", "Word", "`subject` µs"]
+    assert header[-2:] == ["Unfused S² bytes", "Fused bytes"]
+    assert rows["c1"][-2] == "48 MiB" == fmt.size_bytes(12 * 4 * 1024**2)
+    assert rows["c2"][-2] == "48 GiB"
+    assert rows["old"][-2] == fmt.DASH, "a shape the declaration cannot read (an older record's) shows a dash"
+    assert [rows[c][-1] for c in ("c1", "c2", "old")] == ["1 MiB", "2 MiB", "3 MiB"], "the recorded byte model"
     legend = ("Unfused S² bytes: the scores an unfused path writes, 12 bytes a score. "
               "Fused bytes: the recorded byte model.")
     lines = page.splitlines()
-    start = lines.index(next(line for line in lines if line.startswith("| Case | Unfused S² bytes |")))
+    start = lines.index(next(line for line in lines if line.startswith("| Case | Speedup [95% CI] | Word | `subject`")))
     last_row = next(i for i in range(start, len(lines)) if lines[i].startswith("| old |"))
     assert lines[last_row + 1:last_row + 3] == ["", legend], "the meaning sits under the table"
 
@@ -69,9 +71,9 @@ def test_a_column_that_fails_or_gives_nothing_shows_a_dash():
                PointColumn("Negative", "gives a negative count", value=lambda case, dtype: -1, unit="count"),
                PointColumn("Count", "a whole number", value=lambda case, dtype: case["N"] * 1000, unit="count"))
     page = _page(columns, {"c1": {"M": 2, "N": 8}, "c2": {"M": 2, "N": 9}})
-    _, rows = page_table(page, "| Case | Broken |")
-    assert rows["c1"][1:5] == [fmt.DASH, fmt.DASH, fmt.DASH, "8,000"]
-    assert rows["c2"][1:5] == ["2 B", fmt.DASH, fmt.DASH, "9,000"]
+    _, rows = page_table(page, "| Case | Speedup [95% CI] | Word | `subject` µs |")
+    assert rows["c1"][-4:] == [fmt.DASH, fmt.DASH, fmt.DASH, "8,000"]
+    assert rows["c2"][-4:] == ["2 B", fmt.DASH, fmt.DASH, "9,000"]
 
 
 def test_a_hostile_dtype_name_reaches_no_declaration():
@@ -94,8 +96,8 @@ def test_a_single_point_page_names_the_quantities_under_its_table():
 
 def test_no_declared_columns_no_extra_column():
     page = _page((), {"c1": {"M": 2, "N": 8}, "c2": {"M": 2, "N": 16}})
-    header, _ = page_table(page, "| Case | `subject` µs |")
-    assert header == ["Case", "`subject` µs", "Rate (% of its roof)", "Best baseline, µs", "Speedup [95% CI]", "Word"]
+    header, _ = page_table(page, "| Case | Speedup [95% CI] | Word | `subject` µs |")
+    assert header == ["Case", "Speedup [95% CI]", "Word", "`subject` µs", "Best baseline, µs", "Rate (% of its roof)"]
     assert "Fused bytes" not in page
 
 

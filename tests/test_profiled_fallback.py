@@ -121,7 +121,7 @@ def test_an_unprofiled_newest_run_shows_the_older_runs_profile_and_names_it(tmp_
     note = section.split('!!! note "Profiled in an older run"\n')[1].split("\n\n")[0]
     assert note.startswith(f"    The run judged above, [`b2b2b2`](../records/{SLUG}/{JUDGED_B}.json), was made "
                            "without the profiler. The roofline and the Nsight Compute figures for this GPU come from")
-    assert f"[`d1d1d1`](../records/{SLUG}/{OLDER}.json) (`{OLDER}`), started 2026-03-01T12:00:00Z at commit " \
+    assert f"[`d1d1d1`](../records/{SLUG}/{OLDER}.json.gz) (`{OLDER}`), started 2026-03-01T12:00:00Z at commit " \
            "`feedfacefe`" in note
     assert "older than the run judged above" in note
     assert "**The profiled code differs from the judged run's code:** `fixture/kernel.py` hashed differently" in note
@@ -131,7 +131,7 @@ def test_an_unprofiled_newest_run_shows_the_older_runs_profile_and_names_it(tmp_
     assert "| `subject-kernel` | fx-4096x1024 | float16 |" in section
     profiled = section.split("· Profiled (Nsight Compute)\n")[1]
     assert profiled.startswith(f"\nFrom the same older run as the roofline above, [`d1d1d1`](../records/{SLUG}/"
-                               f"{OLDER}.json) at commit `feedfacefe`, not the run judged above.\n")
+                               f"{OLDER}.json.gz) at commit `feedfacefe`, not the run judged above.\n")
     assert "| fx-4096x1024 | `torch-baseline` | 1: `older_kernel` |" in profiled
     assert "Profiled" not in _section(out[f"experiments/{SLUG}.md"], "A"), "GPU A has no profiled run"
     assert out[ROOFLINE_PLOT].lstrip().startswith("<?xml") and "older run d1d1d1" in out[ROOFLINE_PLOT]
@@ -164,7 +164,7 @@ def test_a_failed_newer_attempt_is_passed_over_for_the_run_with_data(tmp_path):
     out = _render(_records(tmp_path, _older(),
                            lambda j: _profiled(j, failed, "2026-03-02T00:00:00Z", error="ERR_NVGPUCTRPERM")))
     section = _section(out[f"experiments/{SLUG}.md"], "B")
-    assert f"[`d1d1d1`](../records/{SLUG}/{OLDER}.json)" in section
+    assert f"[`d1d1d1`](../records/{SLUG}/{OLDER}.json.gz)" in section
     assert "ERR_NVGPUCTRPERM" not in section and "f1f1f1" not in section
 
 
@@ -242,7 +242,7 @@ def test_hostile_text_of_the_older_run_is_shown_and_does_nothing(tmp_path):
     assert "script" not in found.tags and "i" not in found.tags and not found.events
     assert all(t.startswith(("#", f"../records/{SLUG}/", "../assets/plots/")) for t in found.targets), \
         "headings, records and plots: nothing a record made"
-    assert {f"../records/{SLUG}/{JUDGED_B}.json", f"../records/{SLUG}/{OLDER}.json", f"../{ROOFLINE_PLOT}"} \
+    assert {f"../records/{SLUG}/{JUDGED_B}.json", f"../records/{SLUG}/{OLDER}.json.gz", f"../{ROOFLINE_PLOT}"} \
         <= found.targets
     text = "".join(found.text).replace("\u200b", "")
     assert COMMIT[:10] in text and KERNEL in text and VERSION in text, "shown as they are"

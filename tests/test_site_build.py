@@ -239,21 +239,23 @@ def test_records_are_published_at_their_own_path(tmp_path):
     assert f.url == "records/softmax-x/20261101T000000Z-abc.json"
 
 
-def test_compressed_records_are_published_as_plain_json_at_the_same_link(tmp_path):
+def test_compressed_records_are_published_compressed_at_their_own_path(tmp_path):
     import gzip
 
     from mkdocs.structure.files import Files
 
     (tmp_path / "records" / "softmax-x").mkdir(parents=True)
     text = '{"schema_version": 1}\n'
-    (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json.gz").write_bytes(gzip.compress(text.encode()))
+    stored = tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json.gz"
+    stored.write_bytes(gzip.compress(text.encode()))
     config = _config(tmp_path)
     (f,) = hooks.on_files(Files([]), config=config)
-    assert f.src_uri == f.dest_uri == "records/softmax-x/20261101T000000Z-abc.json"
+    assert f.src_uri == f.dest_uri == "records/softmax-x/20261101T000000Z-abc.json.gz"
     f.copy_file()
-    assert Path(f.abs_dest_path).read_text() == text
+    assert Path(f.abs_dest_path).read_bytes() == stored.read_bytes()
+    assert gzip.decompress(Path(f.abs_dest_path).read_bytes()).decode() == text
     (tmp_path / "records" / "softmax-x" / "20261101T000000Z-abc.json").write_text(text)
-    with pytest.raises(Exception, match="would both be published"):
+    with pytest.raises(Exception, match="both record the run"):
         hooks.on_files(Files([]), config=config)
 
 
@@ -343,6 +345,14 @@ def test_serve_rerenders_only_when_the_evidence_inputs_change(tmp_path, monkeypa
     (tmp_path / "experiments").mkdir()
     (tmp_path / "experiments" / "e.py").write_text("X = 1\n")
     assert hooks.rerender_if_changed(tmp_path) and runs() == 3
+    # A new server process (nothing in memory) finds the inputs of the last render kept on disk: no render.
+    monkeypatch.setattr(hooks, "_rendered_fingerprint", None)
+    assert not hooks.rerender_if_changed(tmp_path) and runs() == 3
+    (tmp_path / "records" / "x" / "new.json").write_text("{ }")
+    thread = hooks.rerender_in_background(tmp_path)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert runs() == 4 and hooks.rerender_in_background(tmp_path) is None
 
 
 def test_a_failing_renderer_is_reported_not_raised(tmp_path, monkeypatch, caplog):

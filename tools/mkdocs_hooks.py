@@ -2,12 +2,13 @@
 
 * Refuses to build without the vendored KaTeX and fonts (tools/vendor_assets.py): a site that would
   reach for a CDN, or show raw TeX, is worse than a clear error.
-* Publishes every run record under records/ (repository root) at the same path in the site,
-  records/<slug>/<run-id>.json, so generated pages link the raw data and `--strict` checks those links; a
-  record stored compressed (<run-id>.json.gz) is published decompressed, as the plain JSON a browser shows,
-  and the host it ran on is named by its alias there, as on the pages (KERNEL_LAB_SHOW_HOSTS=1 keeps names).
-  Nothing else there is published: another file, or one behind a symbolic link, is left out with a warning
-  (which fails a --strict build).
+* Publishes every run record under records/ (repository root) at the same path in the site, as it is
+  stored: records/<slug>/<run-id>.json.gz stays compressed (the records are most of the repository's
+  weight; decompressed they would be most of the site's), a plain <run-id>.json stays plain. The host a
+  record ran on is named by its alias there, as on the pages (KERNEL_LAB_SHOW_HOSTS=1 keeps names), and
+  the rest of the record is unchanged. Generated pages link the file as it is stored, and `--strict`
+  checks those links. Nothing else there is published: another file, or one behind a symbolic link, is
+  left out with a warning (which fails a --strict build).
   `mkdocs serve` watches records/ as soon as it exists.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
@@ -15,7 +16,11 @@
   from the records' verdicts, and fails the build naming page and line where a figure or claim no longer
   holds.
 * Under `mkdocs serve`, re-renders the evidence pages (tools/build_results.py --render-only) whenever a
-  record, a page template or a declaration changed, so the served site follows the evidence live.
+  record, a page template or a declaration changed, so the served site follows the evidence live. The render
+  runs beside the server, never inside a rebuild: the site is served at once from the pages on disk, an
+  edited post reloads without waiting for it, and the pages it rewrites trigger their own reload. What it
+  last rendered from is kept in .cache/ (a digest of its inputs), so a restart with nothing changed renders
+  nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -49,10 +55,14 @@ LISTED_SECTIONS = ("experiments", "decisions", "probes")
 RENDER_INPUTS = ("records", "lab", "experiments", "kernels", "probes", "notes")
 RENDER_COMMAND = ("tools/build_results.py", "--render-only")
 
+# Where the digest of the inputs of the last successful render is kept, from the repository root.
+FINGERPRINT_FILE = ".cache/kernel-lab/evidence-inputs.sha256"
+
 # MkDocs loads this module once per process and keeps it across the rebuilds of `mkdocs serve`.
 _serving = False
 _rendered_fingerprint: str | None = None
 _evidence: tuple[str, object] | None = None  # (render fingerprint, lab.publish.collect.Evidence)
+_render_thread: threading.Thread | None = None
 
 
 def project_root(config) -> Path:
@@ -96,7 +106,7 @@ def on_config(config):
 
 def on_pre_build(config) -> None:
     if _serving:
-        rerender_if_changed(project_root(config))
+        rerender_in_background(project_root(config))
 
 
 def on_files(files: Files, config) -> Files:
@@ -173,22 +183,28 @@ def published_record(data: bytes) -> bytes:
 
 
 class PublishedRecord(File):
-    """A run record copied into the site: decompressed where stored as .json.gz, its host aliased."""
+    """A run record copied into the site as it is stored (a .json.gz stays compressed), its host aliased."""
 
     def copy_file(self, dirty: bool = False) -> None:
         if dirty and not self.is_modified():
             return
         os.makedirs(os.path.dirname(self.abs_dest_path), exist_ok=True)
-        opener = gzip.open if self.abs_src_path.endswith(".gz") else open
-        with opener(self.abs_src_path, "rb") as source:
-            data = source.read()
+        compressed = self.abs_src_path.endswith(".gz")
+        with open(self.abs_src_path, "rb") as source:
+            stored = source.read()
+        data = gzip.decompress(stored) if compressed else stored
+        published = published_record(data)
+        if published is data:  # nothing to alias: the stored bytes as they are
+            out_bytes = stored
+        else:  # mtime 0: the same record gives the same bytes on every build
+            out_bytes = gzip.compress(published, compresslevel=9, mtime=0) if compressed else published
         with open(self.abs_dest_path, "wb") as out:
-            out.write(published_record(data))
+            out.write(out_bytes)
 
 
 def record_files(root: Path, config) -> list[File]:
-    """A site file for every file under <root>/records/, at the same relative path in the site; a .json.gz
-    record at its .json path, decompressed."""
+    """A site file for every run record under <root>/records/, at the same relative path in the site and
+    copied as it is (a .json.gz record stays compressed)."""
     base = root / RECORDS_DIR
     if not base.is_dir():
         return []
@@ -204,14 +220,14 @@ def record_files(root: Path, config) -> list[File]:
         if not RECORD_NAME.fullmatch("/".join(parts)):
             log.warning(f"{path} is not a run record (records/<slug>/<run-id>.json.gz): not published")
             continue
-        uri = path.relative_to(root).as_posix()
-        files.append(PublishedRecord.generated(config, uri.removesuffix(".gz"), abs_src_path=str(path)))
+        files.append(PublishedRecord.generated(config, path.relative_to(root).as_posix(), abs_src_path=str(path)))
     seen: dict[str, str] = {}
     for f in files:
-        if f.src_uri in seen:
-            raise PluginError(f"{seen[f.src_uri]} and {f.abs_src_path} would both be published as {f.src_uri}: "
+        run = f.src_uri.removesuffix(".gz")
+        if run in seen:
+            raise PluginError(f"{seen[run]} and {f.abs_src_path} both record the run {run.removesuffix('.json')}: "
                               "a run is recorded once, compressed or not; remove one of them.")
-        seen[f.src_uri] = f.abs_src_path
+        seen[run] = f.abs_src_path
     return files
 
 
@@ -315,13 +331,31 @@ def render_fingerprint(root: Path) -> str:
     return h.hexdigest()
 
 
+def _stored_fingerprint(root: Path) -> str | None:
+    try:
+        return (root / FINGERPRINT_FILE).read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _store_fingerprint(root: Path, fingerprint: str) -> None:
+    try:
+        path = root / FINGERPRINT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(fingerprint + "\n", encoding="ascii")
+    except OSError as exc:  # a read-only checkout still serves; it only renders again on the next start
+        log.debug(f"could not keep the render's fingerprint: {exc}")
+
+
 def rerender_if_changed(root: Path) -> bool:
-    """Run the renderer when its inputs changed since the last render of this process; True if it ran."""
+    """Run the renderer when its inputs changed since the last successful render (of this process, or kept
+    in FINGERPRINT_FILE by an earlier one); True if it ran and succeeded."""
     global _rendered_fingerprint
     fingerprint = render_fingerprint(root)
-    if fingerprint == _rendered_fingerprint:
+    if fingerprint in (_rendered_fingerprint, _stored_fingerprint(root)):
+        _rendered_fingerprint = fingerprint
         return False
-    _rendered_fingerprint = fingerprint
+    _rendered_fingerprint = fingerprint  # a failing render is reported once, not retried on every rebuild
     script = root / RENDER_COMMAND[0]
     if not script.is_file():
         log.warning(f"{RENDER_COMMAND[0]} is missing: serving the evidence pages as they are on disk")
@@ -333,5 +367,24 @@ def rerender_if_changed(root: Path) -> bool:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
         log.warning(f"re-rendering the evidence pages failed (exit {proc.returncode}):\n{tail}")
         return False
+    _store_fingerprint(root, fingerprint)
     log.info("evidence pages re-rendered from the records")
     return True
+
+
+def rerender_in_background(root: Path) -> threading.Thread | None:
+    """rerender_if_changed on a thread of its own, unless one is still running; the thread, when started.
+
+    The pages it rewrites are under docs/, which `mkdocs serve` watches, so their rebuild follows by itself;
+    inputs changed while it ran are seen by the rebuild after it (the fingerprint is taken again then).
+    """
+    global _render_thread
+    if _render_thread is not None and _render_thread.is_alive():
+        return None
+    if render_fingerprint(root) in (_rendered_fingerprint, _stored_fingerprint(root)):
+        return None
+    log.info("evidence inputs changed: re-rendering the evidence pages beside the server")
+    _render_thread = threading.Thread(target=rerender_if_changed, args=(root,), name="kernel-lab-render",
+                                      daemon=True)
+    _render_thread.start()
+    return _render_thread

@@ -28,6 +28,7 @@ from lab.publish import badges
 from lab.publish import formatting as fmt
 from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.escape import Md, cell, compose, declared, href
+from lab.publish.overview import record_file
 from lab.publish.views import gpu_order, run_shape
 
 
@@ -135,7 +136,7 @@ def summary_rows(evidence: Evidence, slug: str) -> list[dict]:
                 "where": range_where(found) if found else "",
                 "other_clock": f"{CLOCK_NAMES[other]}, margin ±{experiment.claim.margin_on(other).fraction:.1%}",
                 "other": badges.verdict_badge(beside) if beside is not None and beside.points else "",
-                "run_link": href(f"/records/{slug}/{verdict.run.run_id}.json"),
+                "run_link": href(f"/records/{slug}/{record_file(verdict.run)}"),
                 "run_id": fmt.short_run_id(verdict.run.run_id),
             })
     return rows

@@ -35,8 +35,15 @@ PLOTS = "../assets/plots"
 CARD_POINTS = 4  # a GPU and dtype with more points than this shows its lowest and highest speedup only
 
 
+def record_file(run: RunRecord) -> str:
+    """The record's file name as it is stored and published (tools/mkdocs_hooks.py copies records as they
+    are): <run-id>.json.gz when it was read from a compressed file, else <run-id>.json."""
+    compressed = run.path is not None and run.path.name.endswith(".json.gz")
+    return f"{run.run_id}.json.gz" if compressed else f"{run.run_id}.json"
+
+
 def record_link(run: RunRecord) -> Md:
-    return href(f"../records/{run.experiment}/{run.run_id}.json")
+    return href(f"../records/{run.experiment}/{record_file(run)}")
 
 
 def run_ref(run: RunRecord, gpu_label: str) -> dict:

@@ -76,8 +76,12 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
         refresh=REFRESH_COMMAND, legend=escape.Md(legend.split("\n", 2)[2].strip()),
     )
     for slug, experiment in evidence.experiments.items():
-        out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(
-            **experiment_page_context(evidence, slug))
+        page = experiment_page_context(evidence, slug)
+        out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(**page)
+        if page["paged"]:  # the long per-point tables, on a page of their own for each GPU
+            for section in page["sections"]:
+                out[f"points/{slug}--{section['key']}.md"] = env.get_template("experiment.md.j2").render(
+                    **{**page, "points_view": True, "sections": [section]})
         for key, verdict in evidence.verdicts[slug].items():
             for dtype in dtypes_in(verdict.run):
                 out[f"{PLOTS_DIR}/{plot_filename(slug, key, dtype)}"] = render_plot(

@@ -12,6 +12,7 @@
   `mkdocs serve` watches records/ as soon as it exists.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
+* Opens a notebook page whose saved outputs are missing or older than its code with a note saying so.
 * Expands the checked figures of hand-written pages (`{{ fig(...) }}`, `{{ claim(...) }}`: lab.publish.figures)
   from the records' verdicts, and fails the build naming page and line where a figure or claim no longer
   holds.
@@ -129,6 +130,20 @@ def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
             page.meta["title"] = title
     return expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
                           page.file.abs_src_path)
+
+
+def on_page_content(html: str, page: Page, config, files: Files) -> str:
+    """A notebook page whose saved outputs are missing or were made by other code opens with a note saying so
+    (lab.publish.jupyter), so bare cells or an older version's outputs are never taken for the code's own."""
+    if not page.file.src_uri.endswith(".ipynb") or not page.file.abs_src_path:
+        return html
+    jupyter = _project_module(project_root(config), "lab.publish.jupyter")
+    try:
+        notebook = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PluginError(f"{page.file.src_uri}: not a readable notebook ({exc})") from None
+    notice = jupyter.outputs_notice(notebook)
+    return html if notice is None else notice + html
 
 
 def on_nav(nav: Navigation, config, files: Files) -> Navigation:

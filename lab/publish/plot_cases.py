@@ -15,10 +15,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import LogLocator, NullFormatter
 
 from lab.evidence.verdict import AGAINST, tie_band
 from lab.publish.plot_style import (
     MARGIN_COLOUR,
+    NUMBER_FORMAT,
     ROW_IN,
     figure,
     header,
@@ -164,6 +166,9 @@ def speedup_rows(dtype: str, series, margin: float, threshold: float, title_text
     case_rows(ax, cases)
     if max(ratios) / min(r for r in ratios if r > 0) >= 4:
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(NUMBER_FORMAT)  # plain numbers, never 3×10⁰
+        ax.xaxis.set_minor_formatter(NullFormatter())  # unlabelled minor ticks cannot collide
     ax.set_xlabel("speedup over the best baseline (95% interval)")
     header(fig, title_text, handles, legend_labels)
     return fig

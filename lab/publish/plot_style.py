@@ -2,8 +2,8 @@
 axes, and deterministic SVG.
 
 Size: drawn for the site's content column (about 900 CSS px on a desktop) at FIG_WIDTH inches, and scaled by
-the page (max-width: 100%); an SVG inch is 96 CSS px, so the text's 12-13 pt is 16-17 px at full width and
-still about 8 px once a phone narrows the figure to 360 px. Text stays text (svg.fonttype none): it scales,
+the page (max-width: 100%); an SVG inch is 96 CSS px, so the text's 14-15 pt is 19-20 px at full width and
+still at least 9 px once a phone narrows the figure to about 350 px. Text stays text (svg.fonttype none): it scales,
 and a reader can search and copy it.
 
 Determinism: a fixed hash salt for SVG ids, no date in the metadata, no glyph paths that depend on the
@@ -28,13 +28,13 @@ STYLE = {
     "svg.fonttype": "none",
     "font.family": "sans-serif",
     "font.sans-serif": ["DejaVu Sans"],
-    "font.size": 13,
-    "axes.titlesize": 13,
-    "axes.labelsize": 13,
-    "xtick.labelsize": 12,
-    "ytick.labelsize": 12,
-    "legend.fontsize": 12,
-    "figure.titlesize": 13.5,
+    "font.size": 15,
+    "axes.titlesize": 15,
+    "axes.labelsize": 15,
+    "xtick.labelsize": 14,
+    "ytick.labelsize": 14,
+    "legend.fontsize": 14,
+    "figure.titlesize": 15.5,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
@@ -43,7 +43,7 @@ STYLE = {
 }
 FIG_WIDTH = 7.5  # inches: 720 CSS px, inside the ~900 px column; see the module docstring for the phone
 PLOT_IN = 3.7  # inches of a chart against a swept dimension under its header: axes, ticks and labels
-ROW_IN = 0.3  # inches per case where the cases are the rows of a chart (one line of 12 pt text and air)
+ROW_IN = 0.3  # inches per case where the cases are the rows of a chart (one line of 14 pt text and air)
 MAX_HEIGHT_IN = 16.0  # 1,536 CSS px at full width: the tallest figure a page shows
 SUBJECT_COLOUR = "#e8590c"
 PALETTE = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2", "#d62728")
@@ -120,7 +120,7 @@ def figure(height: float, rows: int = 1, cols: int = 1, **kwargs):
                         squeeze=False, **kwargs)
 
 
-LEGEND_CHARS = round(FIG_WIDTH * 72 / 6) - 2  # 12 pt characters (about 6 pt each) across the figure;
+LEGEND_CHARS = round(FIG_WIDTH * 72 / 7) - 2  # 14 pt characters (about 7 pt each) across the figure;
 # a handle and its spacing take 8
 
 
@@ -147,8 +147,8 @@ def legend_rows(labels: Sequence[str]) -> int:
     return math.ceil(len(labels) / legend_columns(labels)) if labels else 0
 
 
-TITLE_IN = 0.42  # inches from the figure's top to the legend's first row, the title's line included
-LEGEND_ROW_IN = 0.26
+TITLE_IN = 0.48  # inches from the figure's top to the legend's first row, the title's line included
+LEGEND_ROW_IN = 0.30
 
 
 def header_height(labels: Sequence[str]) -> float:

@@ -11,7 +11,6 @@ is an Md.
 
 from __future__ import annotations
 
-import json
 from typing import Iterable, Mapping, Sequence
 
 import torch
@@ -38,6 +37,7 @@ from lab.publish import overview
 from lab.publish.clocks import clock_legend, eager_section, margins_basis, margins_text
 from lab.publish.collect import Evidence, dtypes_in, profile_names
 from lab.publish.escape import Md, code, compose, declared, href
+from lab.publish.plans import launch_plans
 from lab.publish.breakdown import breakdown_filename, breakdown_view, has_breakdown, slower_ops
 from lab.publish.plots import plot_filename
 from lab.publish.profiled import profiled_facts, profiled_from, profiled_run
@@ -57,7 +57,7 @@ INCORRECT_MARK = Md('<span class="kl-incorrect">✗ incorrect</span>')
 
 # An experiment with more points than this in one GPU's dtype keeps its per-point tables on a page of its own
 # (docs/points/<slug>.md), so its page stays short and light.
-POINTS_ON_PAGE = 12
+POINTS_ON_PAGE = 8
 BREAKDOWNS_ON_PAGE = 4  # cases with an op-by-op breakdown, likewise
 
 
@@ -211,37 +211,6 @@ def _not_timed(experiment: Experiment, points: list[Point]) -> list[dict]:
     ]
 
 
-def _plan_text(plan: Mapping) -> str:
-    return json.dumps(dict(plan), sort_keys=True, separators=(", ", ": "))
-
-
-def _plans(experiment: Experiment, run: RunRecord) -> dict | None:
-    """The launch plans the run recorded, per profile: what every plan of a profile shares, stated once
-    ("common"), and per point only what differs ("rows"). None when the run recorded no plan."""
-    by_profile: dict[str, list[tuple[Point, dict]]] = {}
-    for point in run.points:
-        for name in profile_names(experiment, [point]):
-            plan = point.results[name].plan
-            if plan:
-                by_profile.setdefault(name, []).append((point, plan if isinstance(plan, dict) else {"plan": plan}))
-    if not by_profile:
-        return None
-    common, rows = [], []
-    for name, plans in by_profile.items():
-        shared = {k: v for k, v in plans[0][1].items()
-                  if all(k in p and p[k] == v for _, p in plans[1:])} if len(plans) > 1 else {}
-        if shared:
-            common.append({"profile": name, "plan": _plan_text(shared)})
-        for point, plan in plans:
-            rest = {k: v for k, v in plan.items() if k not in shared}
-            rows.append({"case": point.case, "dtype": point.dtype, "profile": name,
-                         "plan": _plan_text(rest) if rest else "as above"})
-    subject = experiment.claim.subject
-    return {"common": common, "rows": rows,
-            "subject_common": [c for c in common if c["profile"] == subject],
-            "subject_rows": [r for r in rows if r["profile"] == subject]}
-
-
 def _run_facts(run: RunRecord, gpu_label: str) -> dict:
     env = run.environment
     smi = env.get("nvidia_smi") or {}
@@ -364,7 +333,7 @@ def _gpu_section(experiment: Experiment, gpu_key: str, verdict: Verdict, gpu_nam
         "data_state": verdict.data_state,
         "run": _run_facts(run, gpu_names.get(gpu_key, gpu_key)),
         "dtypes": dtypes,
-        "plans": _plans(experiment, run),
+        "plans": launch_plans(experiment, run),
         "profiled": profiled_facts(experiment, profiled),
         "roofline": roofline_view(experiment, profiled),
         "profiled_from": profiled_from(profiled, run, gpu_names.get(gpu_key, gpu_key)),

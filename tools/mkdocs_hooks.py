@@ -51,7 +51,9 @@ RECORDS_DIR = "records"
 _NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
 RECORD_NAME = re.compile(rf"{_NAME}/[0-9]{{8}}T[0-9]{{6}}Z-{_NAME}\.json(?:\.gz)?")
 # Navigation sections filled from the folder their index page lives in.
-LISTED_SECTIONS = ("experiments", "decisions", "probes")
+# The lab notebook's rounds are listed by its own index page (docs/probes/index.md), not in the navigation,
+# which every page of the site carries: sixty rounds there weighed more than the pages themselves.
+LISTED_SECTIONS = ("experiments", "decisions")
 # What the evidence pages are rendered from; a change to any of them re-renders under `mkdocs serve`.
 RENDER_INPUTS = ("records", "lab", "experiments", "kernels", "probes", "notes")
 RENDER_COMMAND = ("tools/build_results.py", "--render-only")

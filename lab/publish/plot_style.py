@@ -2,7 +2,7 @@
 axes, and deterministic SVG.
 
 Size: drawn for the site's content column (about 900 CSS px on a desktop) at FIG_WIDTH inches, and scaled by
-the page (max-width: 100%); an SVG inch is 96 CSS px, so the text's 14-15 pt is 19-20 px at full width and
+the page (max-width: 100%); an SVG inch is 96 CSS px, so the text's 15-15.5 pt is 20 px at full width and
 still at least 9 px once a phone narrows the figure to about 350 px. Text stays text (svg.fonttype none): it scales,
 and a reader can search and copy it.
 
@@ -31,9 +31,9 @@ STYLE = {
     "font.size": 15,
     "axes.titlesize": 15,
     "axes.labelsize": 15,
-    "xtick.labelsize": 14,
-    "ytick.labelsize": 14,
-    "legend.fontsize": 14,
+    "xtick.labelsize": 15,
+    "ytick.labelsize": 15,
+    "legend.fontsize": 15,
     "figure.titlesize": 15.5,
     "axes.spines.top": False,
     "axes.spines.right": False,
@@ -94,6 +94,10 @@ def size_axis(ax, which: str, values: Sequence[float]) -> None:
         axis.set_major_locator(LogLocator(base=2 ** step))
         axis.set_minor_locator(NullLocator())
         axis.set_major_formatter(SIZE_FORMAT)
+        # From a third of an octave below the labelled tick at or below the smallest size to a third above the
+        # largest: no tick sits on the other axis's corner, where its label would run into that axis's first.
+        first = 2.0 ** (step * math.floor(math.log2(lo) / step))
+        getattr(ax, f"set_{which}lim")(first / 2 ** (1 / 3), hi * 2 ** (1 / 3))
     else:
         axis.set_major_formatter(NUMBER_FORMAT)
     axis.set_minor_formatter(NullFormatter())
@@ -120,7 +124,7 @@ def figure(height: float, rows: int = 1, cols: int = 1, **kwargs):
                         squeeze=False, **kwargs)
 
 
-LEGEND_CHARS = round(FIG_WIDTH * 72 / 7) - 2  # 14 pt characters (about 7 pt each) across the figure;
+LEGEND_CHARS = round(FIG_WIDTH * 72 / 7.5) - 2  # 15 pt characters (about 7.5 pt each) across the figure;
 # a handle and its spacing take 8
 
 

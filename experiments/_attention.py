@@ -24,7 +24,6 @@ import weakref
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from experiments.spec import Case, PointColumn, Profile
 from kernels import reference_attention as reference
@@ -51,10 +50,12 @@ UNFUSED_MAX_BYTES = 16 << 30
 FORWARD_TOLERANCE = {torch.bfloat16: 1.6e-2, torch.float16: 2e-3}
 BACKWARD_TOLERANCE = {torch.bfloat16: 3e-2, torch.float16: 4e-3}
 
+# Backends by the name of their SDPBackend member, looked up at call time: the enum's members are pybind11
+# objects that cannot be serialised, and a cluster run sends each declaration to its worker.
 SDPA_BACKENDS = {
-    "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-    "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-    "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "sdpa-cudnn": "CUDNN_ATTENTION",
+    "sdpa-flash": "FLASH_ATTENTION",
+    "sdpa-efficient": "EFFICIENT_ATTENTION",
 }
 BASELINES = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "torch.compile")
 
@@ -169,9 +170,11 @@ def _lab(q, k, v, causal):
     return attention(q, k, v, causal=causal)
 
 
-def _sdpa(backend: SDPBackend):
+def _sdpa(backend: str):
     def run(q, k, v, causal):
-        with sdpa_kernel([backend]):
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # imported here: the closure must serialise
+
+        with sdpa_kernel([getattr(SDPBackend, backend)]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
 
     return run

@@ -414,3 +414,16 @@ def test_the_loop_runs_each_pair_once_and_a_failure_costs_only_its_own(tmp_path)
     assert len(outcome.failed) == 6 and outcome.cancelled == [] and not outcome.interrupted
     assert any("did not start: RayError: the replacement found no GPU" in m for m in messages)
     assert workers[0].handle in ray.killed
+
+
+@needs_ray
+def test_every_declared_experiment_travels_to_a_worker():
+    """A cluster run sends each declaration to its worker through Ray's serialiser: a closure over an object it
+    cannot serialise (torch's SDPBackend members are pybind11 objects) fails every task of that experiment."""
+    from ray import cloudpickle
+
+    from experiments import all_experiments
+
+    for slug, experiment in all_experiments().items():
+        back = cloudpickle.loads(cloudpickle.dumps(experiment))
+        assert back.slug == slug and [p.name for p in back.profiles] == [p.name for p in experiment.profiles]

@@ -427,3 +427,23 @@ def test_every_declared_experiment_travels_to_a_worker():
     for slug, experiment in all_experiments().items():
         back = cloudpickle.loads(cloudpickle.dumps(experiment))
         assert back.slug == slug and [p.name for p in back.profiles] == [p.name for p in experiment.profiles]
+
+
+def test_longest_first_puts_unknown_durations_first_then_the_longest():
+    tasks = [Task(s, "m", "forced") for s in ("short", "new", "long", "middle", "also-new")]
+    seconds = {"short": 10.0, "long": 300.0, "middle": 60.0}
+    order = cluster.longest_first(tasks, lambda t: seconds.get(t.slug))
+    assert [t.slug for t in order] == ["new", "also-new", "long", "middle", "short"]
+
+
+def test_last_duration_prefers_the_same_gpu_and_scales_by_points():
+    def run(key, start, end, points):
+        return SimpleNamespace(gpu_key=key, started_utc=start, finished_utc=end, points=[None] * points)
+
+    runs = [run("b", "2026-01-01T00:00:00Z", "2026-01-01T00:10:00Z", 4),  # newest first
+            run("a", "2026-01-01T00:00:00Z", "2026-01-01T00:01:40Z", 10)]
+    assert cluster.last_duration(runs, "a") == 100.0
+    assert cluster.last_duration(runs, "a", points=30) == 300.0  # three times the points it had then
+    assert cluster.last_duration(runs, "c") == 600.0  # no run on c: the newest on any GPU
+    assert cluster.last_duration([], "a") is None
+    assert cluster.last_duration([run("a", "garbled", "2026-01-01T00:00:00Z", 1)], "a") is None

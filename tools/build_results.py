@@ -282,7 +282,10 @@ def run_on_cluster(experiments, selected, found, *, force: bool, args, profiling
         outcome = dispatch.run_on_cluster(
             experiments, selected, why, address=cluster.resolve_address(args.cluster), device=args.device,
             records_dir=args.records_dir, provenance={"command": command_line(ROOT), "git": git_state(ROOT)},
-            profiling=profiling, progress=not args.no_progress, say=lambda m: tqdm.write(f"build_results: {m}"))
+            profiling=profiling, progress=not args.no_progress, say=lambda m: tqdm.write(f"build_results: {m}"),
+            expected=lambda task: cluster.last_duration(
+                found.runs.get(task.slug, []), task.gpu_key,
+                points=len(experiments[task.slug].cases) * len(experiments[task.slug].dtypes)))
     except cluster.ClusterError as exc:
         print(f"build_results: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -318,6 +319,33 @@ def plan_tasks(slugs: Sequence[str], keys: Sequence[str], why: Callable[[str, st
             if (slug, key) not in tasks and (reason := why(slug, key)) is not None:
                 tasks[slug, key] = Task(slug, key, reason)
     return list(tasks.values())
+
+
+def last_duration(runs: Sequence, gpu_key: str, points: int | None = None) -> float | None:
+    """Seconds the newest of `runs` (newest first) on `gpu_key` took, else the newest on any GPU; None
+    without a run. With `points` (how many the experiment declares now) the time is scaled by points now
+    over points then, for a declaration that grew since. A cluster hands out the longest experiments first
+    by it."""
+    for run in [r for r in runs if r.gpu_key == gpu_key] or list(runs):
+        try:
+            started, finished = (datetime.fromisoformat(t.replace("Z", "+00:00"))
+                                 for t in (run.started_utc, run.finished_utc))
+        except (AttributeError, ValueError):
+            continue
+        seconds = max(0.0, (finished - started).total_seconds())
+        recorded = len(getattr(run, "points", ()) or ())
+        return seconds * points / recorded if points and recorded else seconds
+    return None
+
+
+def longest_first(tasks: Sequence[Task], expected: Callable[[Task], float | None]) -> list[Task]:
+    """`tasks` in the order that keeps a cluster's last worker from starting a long experiment late: those whose
+    duration is unknown first (a new experiment may be the longest), then the rest by `expected` seconds,
+    longest first; ties and unknowns keep the order given."""
+    known = {task: expected(task) for task in tasks}
+    unknown = [t for t in tasks if known[t] is None]
+    timed = sorted((t for t in tasks if known[t] is not None), key=lambda t: -known[t])
+    return unknown + timed
 
 
 @dataclass

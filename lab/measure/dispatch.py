@@ -210,9 +210,12 @@ def run_on_cluster(experiments: Mapping[str, Experiment], slugs: Sequence[str],
                    why: Callable[[str, str], str | None], *, address: str | None, device: str, records_dir: Path,
                    provenance: Mapping[str, Any], profiling=None, progress: bool = True,
                    say: Callable[[str], None] = tqdm.write, worker_class: type = cluster.GpuWorker,
-                   startup_seconds: float = cluster.STARTUP_SECONDS) -> Outcome:
+                   startup_seconds: float = cluster.STARTUP_SECONDS,
+                   expected: Callable[[Task], float | None] | None = None) -> Outcome:
     """Connect (or start Ray), start one worker per free GPU, plan each (experiment, model) pair that `why`
-    gives a reason for, run them all, and stop the workers. Raises ClusterError when no worker starts."""
+    gives a reason for, run them all, and stop the workers. With `expected` (a task's likely duration in
+    seconds, None if unknown) the tasks are handed out longest first. Raises ClusterError when no worker
+    starts."""
     ray = cluster.import_ray()
     connection = cluster.connect(address)
     workers: list[Worker] = []
@@ -230,6 +233,10 @@ def run_on_cluster(experiments: Mapping[str, Experiment], slugs: Sequence[str],
             say(f"cluster: worker on {worker} holds {worker.identity['gpu_name']} ({worker.key})")
         keys = list(dict.fromkeys(w.key for w in workers))
         tasks = cluster.plan_tasks(slugs, keys, why)
+        if expected is not None:
+            tasks = cluster.longest_first(tasks, expected)
+            say("cluster: longest first, by each experiment's last recorded duration: " + ", ".join(
+                f"{t} ({'new' if expected(t) is None else f'{expected(t):.0f} s'})" for t in tasks))
         dispatch = Dispatch(experiments, workers, ray=ray, records_dir=records_dir, provenance=provenance,
                             profiling=profiling, device=device, worker_class=worker_class, say=say,
                             startup_seconds=startup_seconds)

@@ -51,14 +51,14 @@ STYLE = """
 .axis { stroke: #495057; }
 .band { fill: #fff3bf; }
 .copy { fill: #d0bfff; } .qk { fill: #a5d8ff; } .pv { fill: #b2f2bb; }
-.soft { fill: #ffd8a8; } .scale { fill: #dee2e6; } .wait { fill: url(#hatch); }
+.soft { fill: #ffd8a8; } .scale { fill: #dee2e6; } .wait { fill: url(#hatch); } .waitbase { fill: #f8f9fa; }
 .box { stroke: #495057; stroke-width: 1; }
 .label { fill: #212529; }
-.hatchline { stroke: #adb5bd; }
+.hatchline { stroke: #ced4da; }
 @media (prefers-color-scheme: dark) {
   .panel { fill: #1e2128; stroke: #495057; }
   .ink { fill: #e9ecef; } .muted { fill: #ced4da; } .axis { stroke: #ced4da; }
-  .band { fill: #5c4a12; } .hatchline { stroke: #6c757d; }
+  .band { fill: #5c4a12; } .hatchline { stroke: #495057; } .waitbase { fill: #2b2f38; }
 }
 """
 
@@ -70,12 +70,15 @@ def block(out: list, column: str, kind: str, start: float, end: float, text: str
         return
     x, w = COLUMNS[column]
     y, h = TOP + start, end - start
+    if kind == "wait":  # hatching over a plain ground, its words in the panel's ink (light or dark)
+        out.append(f'<rect class="waitbase" x="{x}" y="{y}" width="{w}" height="{h}" rx="3"/>')
     out.append(f'<rect class="{kind} box" x="{x}" y="{y}" width="{w}" height="{h}" rx="3"/>')
+    ink = "ink" if kind == "wait" else "label"
     lines = text.split("\n") if text else []
     if lines and h >= 20 * len(lines):
         first = y + h / 2 - 9 * (len(lines) - 1) + 5.5
         for i, line in enumerate(lines):
-            out.append(f'<text class="label" x="{x + w / 2}" y="{first + 18 * i:.1f}" text-anchor="middle" '
+            out.append(f'<text class="{ink}" x="{x + w / 2}" y="{first + 18 * i:.1f}" text-anchor="middle" '
                        f'font-size="15">{escape(line)}</text>')
 
 
@@ -110,6 +113,8 @@ def legend(out: list, y0: float) -> float:
     items = list(KINDS.items())
     for i, (kind, words) in enumerate(items):
         y = y0 + 26 * i
+        if kind == "wait":
+            out.append(f'<rect class="waitbase" x="30" y="{y}" width="26" height="18" rx="3"/>')
         out.append(f'<rect class="{kind} box" x="30" y="{y}" width="26" height="18" rx="3"/>')
         text(out, 66, y + 14, words, anchor="start")
     y = y0 + 26 * len(items)

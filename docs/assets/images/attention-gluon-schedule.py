@@ -30,11 +30,11 @@ WIDTH = 440
 TOP = 108  # y of time 0
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 COLUMNS = {  # name: (x, width)
-    "loader": (30, 72),
-    "mma0": (112, 76),
-    "soft0": (192, 76),
-    "mma1": (278, 76),
-    "soft1": (358, 76),
+    "loader": (30, 66),
+    "mma0": (104, 70),
+    "soft0": (178, 84),
+    "mma1": (272, 70),
+    "soft1": (346, 84),
 }
 KINDS = {  # css class: legend text
     "copy": "TMA copy of a K or V tile",
@@ -140,10 +140,10 @@ def draw() -> str:
     text(head, lx + lw / 2, 76, "Loader", size=16, weight="700")
     text(head, lx + lw / 2, 96, "1 warp", cls="muted")
     for c in (0, 1):
-        mx, _ = COLUMNS[f"mma{c}"]
+        mx, mw = COLUMNS[f"mma{c}"]
         sx, sw = COLUMNS[f"soft{c}"]
         text(head, (mx + sx + sw) / 2, 76, f"Consumer {c}", size=16, weight="700")
-        text(head, mx + 38, 96, "wgmma", cls="muted")
+        text(head, mx + mw / 2, 96, "wgmma", cls="muted")
         text(head, sx + sw / 2, 96, "threads", cls="muted")
     axis = [f'<line class="axis" x1="14" y1="{TOP}" x2="14" y2="{TOP + WINDOW - 8}" stroke-width="2" '
             f'marker-end="url(#arrow)"/>',

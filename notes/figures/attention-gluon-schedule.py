@@ -1,4 +1,4 @@
-"""Draws attention-gluon-schedule.svg beside this file: one program of the Gluon attention forward
+"""Draws docs/assets/images/attention-gluon-schedule.svg: one program of the Gluon attention forward
 (kernels/attention_gluon.py) in its steady state, time running down the page.
 
 A schematic, not a measurement: the durations below are chosen to show the order of events and which work
@@ -166,6 +166,6 @@ def draw() -> str:
 
 
 if __name__ == "__main__":
-    out = Path(__file__).with_suffix(".svg")
+    out = Path(__file__).resolve().parents[2] / "docs" / "assets" / "images" / "attention-gluon-schedule.svg"
     out.write_text(draw(), encoding="utf-8")
     print(out)

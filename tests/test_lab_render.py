@@ -173,7 +173,31 @@ def test_the_history_keeps_every_run_with_the_verdict_its_data_gives(outputs):
     newest, older = rows
     assert "kl-badge--inconclusive" in newest and "newest, stale" in newest
     assert "kl-badge--rejected" in older and "superseded" in older and "`0123456789 (dirty)`" in older
-    assert history.count('{ .kl-tick .kl-tick--') == 2
+    # The newest run links the record the page's numbers come from; the superseded one, which the site does
+    # not serve, is named by its path in the repository, and its square links nowhere.
+    assert "[`e5e5e5`](../records/fixture-sweep/20260304T070000Z-nvidia-test-gpu-a-e5e5e5.json)" in newest
+    assert "| `records/fixture-sweep/20260220T120000Z-nvidia-test-gpu-a-d4d4d4.json` | superseded |" in older
+    assert "d4d4d4.json)" not in sweep and "d4d4d4.json " not in sweep
+    assert history.count("{ .kl-tick .kl-tick--") == 1
+    assert history.count('<span class="kl-tick kl-tick--rejected" title="2026-02-20 12:00 UTC') == 1
+    assert "the repository keeps every record" in history
+
+
+def test_a_run_a_page_cites_is_linked_from_the_history():
+    from lab.publish.figures import cited_runs
+    from lab.publish.served import served_runs
+
+    evidence = _evidence()
+    older = "20260220T120000Z-nvidia-test-gpu-a-d4d4d4"
+    post = 'Then {{ fig("fixture-sweep", run="20260220T12", what="points") }} points, and ' \
+           '{{ fig("fixture-sweep", run="2026", what="points") }} (two runs: cites neither).'
+    assert cited_runs([post, "no figures here"], evidence) == {older}
+    assert older not in served_runs(evidence) and older in served_runs(evidence, {older, "19990101T000000Z-x"})
+    assert "19990101T000000Z-x" not in served_runs(evidence, {"19990101T000000Z-x"})
+    page = render_outputs(evidence, cited={older})["experiments/fixture-sweep.md"]
+    history = page[page.index("## History"):page.index("## Results")]
+    assert f"[`d4d4d4`](../records/fixture-sweep/{older}.json)" in history
+    assert history.count("{ .kl-tick .kl-tick--") == 2 and "the repository keeps every record" not in history
 
 
 def test_the_summary_card_and_the_gpus_side_by_side(outputs):

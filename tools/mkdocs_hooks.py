@@ -2,14 +2,20 @@
 
 * Refuses to build without the vendored KaTeX and fonts (tools/vendor_assets.py): a site that would
   reach for a CDN, or show raw TeX, is worse than a clear error.
-* Publishes every run record under records/ (repository root) at the same path in the site, as it is
-  stored: records/<slug>/<run-id>.json.gz stays compressed (the records are most of the repository's
-  weight; decompressed they would be most of the site's), a plain <run-id>.json stays plain. The host a
-  record ran on is named by its alias there, as on the pages (KERNEL_LAB_SHOW_HOSTS=1 keeps names), and
-  the rest of the record is unchanged. Generated pages link the file as it is stored, and `--strict`
-  checks those links. Nothing else there is published: another file, or one behind a symbolic link, is
-  left out with a warning (which fails a --strict build).
-  `mkdocs serve` watches records/ as soon as it exists.
+* Publishes the run records that pages link, from records/ (repository root) at the same path in the site,
+  as they are stored: records/<slug>/<run-id>.json.gz stays compressed, a plain <run-id>.json stays plain.
+  The pages link the records their numbers come from (the newest run of each experiment on each GPU, the
+  run a profile comes from, a run a write-up cites: lab.publish.served) and name every other run by its
+  path in the repository, which keeps every record; published, those would be most of the site's weight.
+  A record is published when a Markdown link or an href of any page under docs/ points at it, so a link
+  and its file never part, and `--strict` checks those links. The host a record ran on is named by its
+  alias there, as on the pages (KERNEL_LAB_SHOW_HOSTS=1 keeps names), and the rest of the record is
+  unchanged. Nothing else under records/ is published: another file, or one behind a symbolic link, is
+  left out with a warning (which fails a --strict build). `mkdocs serve` watches records/ as soon as it
+  exists.
+* Links each record path a page shows as code (`records/<slug>/<file>`) to the repository's copy when
+  mkdocs.yml's `extra.records_url` (KERNEL_LAB_RECORDS_URL) names where the repository's records/ folder
+  is browsed; without it the path stays plain text.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
 * Opens a notebook page whose saved outputs are missing or older than its code with a note saying so.
@@ -50,6 +56,13 @@ RECORDS_DIR = "records"
 # (an .html, an .svg) is ever published, whatever a folder of records holds.
 _NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
 RECORD_NAME = re.compile(rf"{_NAME}/[0-9]{{8}}T[0-9]{{6}}Z-{_NAME}\.json(?:\.gz)?")
+# A page's link to a record: a Markdown link's target (inline or a reference definition) or an href, through
+# any relative or absolute prefix ("../", "/"); group 1 is <slug>/<file>.
+RECORD_LINK = re.compile(rf"(?:\]\(\s*<?|^\s*\[[^\]\n]+\]:\s*<?|href\s*=\s*[\"'])(?:\.{{0,2}}/)*records/({RECORD_NAME.pattern})",
+                         re.MULTILINE)
+# A record's path shown as code on a page, outside a link's text: linked to the repository's copy when
+# mkdocs.yml names where its records/ folder is browsed (extra.records_url).
+RECORD_PATH_CODE = re.compile(rf"(?<![\[`])`records/({RECORD_NAME.pattern})`(?![`\]])")
 # Navigation sections filled from the folder their index page lives in.
 # The lab notebook's rounds are listed by its own index page (docs/probes/index.md), not in the navigation,
 # which every page of the site carries: sixty rounds there weighed more than the pages themselves.
@@ -94,6 +107,7 @@ def on_startup(command: str, dirty: bool) -> None:
 
 def on_config(config):
     root = project_root(config)
+    records_url(config)  # an address that is not https: fails here, before anything is built
     records = root / RECORDS_DIR
     if records.is_dir() and str(records) not in config.watch:
         config.watch.append(str(records))  # `mkdocs serve` reloads when a run is recorded
@@ -113,13 +127,15 @@ def on_pre_build(config) -> None:
 
 
 def on_files(files: Files, config) -> Files:
+    linked = linked_records(Path(config.docs_dir))
     for record in record_files(project_root(config), config):
         if files.get_file_from_path(record.src_uri) is not None:
             raise PluginError(
                 f"docs/{record.src_uri} collides with the run record of the same name: records are published "
                 f"from {RECORDS_DIR}/ at the repository root; remove the copy under docs/."
             )
-        files.append(record)
+        if record.src_uri.removeprefix(RECORDS_DIR + "/") in linked:
+            files.append(record)
     return files
 
 
@@ -130,8 +146,9 @@ def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
         title = heading_after_comments(markdown)
         if title:
             page.meta["title"] = title
-    return expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
-                          page.file.abs_src_path)
+    markdown = expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
+                              page.file.abs_src_path)
+    return link_record_paths(markdown, records_url(config), project_root(config))
 
 
 def on_page_content(html: str, page: Page, config, files: Files) -> str:
@@ -219,9 +236,50 @@ class PublishedRecord(File):
             out.write(out_bytes)
 
 
+def linked_records(docs_dir: Path) -> set[str]:
+    """<slug>/<file> of every record that a Markdown page under docs_dir links (RECORD_LINK): the records
+    the site publishes. Generated snippets count too, as the pages that include them link what they do."""
+    linked: set[str] = set()
+    for path in sorted(docs_dir.rglob("*.md")) if docs_dir.is_dir() else ():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # MkDocs names a page it cannot read
+        linked.update(match.group(1) for match in RECORD_LINK.finditer(text))
+    return linked
+
+
+def records_url(config) -> str | None:
+    """Where the repository's records/ folder is browsed (mkdocs.yml extra.records_url, from
+    KERNEL_LAB_RECORDS_URL), without a trailing slash; None when none is given. Only an https: address."""
+    extra = getattr(config, "extra", None)
+    url = extra.get("records_url") if hasattr(extra, "get") else None
+    if not url:
+        return None
+    url = str(url).strip().rstrip("/")
+    if not re.fullmatch(r"https://[^\s\"'<>()\[\]`]+", url):
+        raise PluginError(f"extra.records_url (KERNEL_LAB_RECORDS_URL) must be an https: address, not {url!r}")
+    return url
+
+
+def link_record_paths(markdown: str, url: str | None, root: Path) -> str:
+    """`markdown` with each record path shown as code (`records/<slug>/<file>`, RECORD_PATH_CODE) linked to
+    the repository's copy at `url`/<slug>/<file>, when a url is given and the repository holds that record."""
+    if not url or "`records/" not in markdown:
+        return markdown
+
+    def link(match: re.Match) -> str:
+        name = match.group(1)
+        if not (root / RECORDS_DIR / name).is_file():
+            return match.group(0)
+        return f"[{match.group(0)}]({url}/{name})"
+
+    return RECORD_PATH_CODE.sub(link, markdown)
+
+
 def record_files(root: Path, config) -> list[File]:
     """A site file for every run record under <root>/records/, at the same relative path in the site and
-    copied as it is (a .json.gz record stays compressed)."""
+    copied as it is (a .json.gz record stays compressed); on_files keeps those that pages link."""
     base = root / RECORDS_DIR
     if not base.is_dir():
         return []

@@ -319,6 +319,28 @@ def test_both_clocks_reach_the_card_the_side_by_side_and_the_history():
     assert "#### NVIDIA Test GPU A · Eager call { #gpu-nvidia-test-gpu-a-eager-call }" in page and "GPU time only: this run was recorded before" in page
 
 
+def test_paged_points_put_each_clock_on_a_page_of_its_own(monkeypatch):
+    from lab.publish import views
+
+    monkeypatch.setattr(views, "POINTS_ON_PAGE", 0)  # every experiment's points go to point-by-point pages
+    experiment, evidence, _, _ = _flops_evidence(True)
+    outputs = render_outputs(evidence)
+    slug = experiment.slug
+    pages = sorted(name for name in outputs if name.startswith(f"points/{slug}--"))
+    measured = [name.removesuffix("--eager-call.md").removeprefix(f"points/{slug}--") for name in pages
+                if name.endswith("--eager-call.md")]
+    assert measured, "a GPU whose newest run measured the eager call has that clock's page"
+    for key in measured:
+        gpu_time = outputs[f"points/{slug}--{key}.md"]
+        eager = outputs[f"points/{slug}--{key}--eager-call.md"]
+        assert "· Eager call {" not in gpu_time and f"(../points/{slug}--{key}--eager-call.md)" in gpu_time
+        assert "· Eager call {" in eager and "| Case | Speedup [95% CI] |" in eager
+        assert f"(../points/{slug}--{key}.md)" in eager and f"(../experiments/{slug}.md#gpu-{key}-eager-call)" in eager
+        assert f"(../points/{slug}--{key}--eager-call.md)" in outputs[f"experiments/{slug}.md"]
+    assert not any(name.startswith("points/") for name in render_outputs(_eager_evidence()[1])), \
+        "one point a dtype: no point-by-point pages"
+
+
 # ---- TFLOP/s beside the time on multi-point pages of experiments with a FLOP model ------------------------
 
 FLOPS = 3_000_000_000

@@ -320,6 +320,27 @@ def test_record_paths_link_the_repository_only_when_its_address_is_given(tmp_pat
             hooks.records_url(SimpleNamespace(extra={"records_url": bad}))
 
 
+def test_a_notebook_pages_large_stylesheet_is_served_as_a_file(tmp_path):
+    theme = ".jupyter-wrapper{--x: url(data:image/png;base64,AAAA)}" * 400
+    small = "pre { line-height: 125%; }"
+    html = (f'<style type="text/css">{small}</style><style type="text/css">\n{theme}\n</style>'
+            f'<div class="jupyter-wrapper">cells</div><style type="text/css">{theme}</style>')
+    out = hooks.shared_styles(html, "notebooks/softmax-from-scratch/", str(tmp_path))
+    (css,) = (tmp_path / "assets" / "notebook").iterdir()
+    assert css.read_text(encoding="utf-8") == theme + "\n"
+    link = f'<link rel="stylesheet" href="../../assets/notebook/{css.name}">'
+    assert out == f'<style type="text/css">{small}</style>{link}<div class="jupyter-wrapper">cells</div>{link}', \
+        "the small one stays inline; the theme is linked where it stood, one file for both"
+
+
+def test_the_site_weighs_what_its_pages_need(site):
+    heavy = [f"{p.relative_to(site)}: {p.stat().st_size:,}" for p in site.rglob("*.html") if p.stat().st_size > 250_000]
+    assert heavy == [], "pages over 250 kB of HTML"
+    served = {p.relative_to(site / "records").as_posix() for p in (site / "records").rglob("*") if p.is_file()}
+    assert served == hooks.linked_records(DOCS), "exactly the records the pages link"
+    assert len(served) < sum(1 for p in (ROOT / "records").rglob("*.json*")), "superseded runs stay in the repository"
+
+
 def test_a_docs_file_shadowing_a_record_is_refused(tmp_path):
     from mkdocs.exceptions import PluginError
     from mkdocs.structure.files import File, Files

@@ -18,7 +18,8 @@
   is browsed; without it the path stays plain text.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
-* Opens a notebook page whose saved outputs are missing or older than its code with a note saying so.
+* Opens a notebook page whose saved outputs are missing or older than its code with a note saying so, and
+  serves the stylesheet mkdocs-jupyter writes into it (over half a megabyte) as a file of its own.
 * Expands the checked figures of hand-written pages (`{{ fig(...) }}`, `{{ claim(...) }}`: lab.publish.figures)
   from the records' verdicts, and fails the build naming page and line where a figure or claim no longer
   holds.
@@ -48,6 +49,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.nav import Navigation, Section
 from mkdocs.structure.pages import Page
+from mkdocs.utils import get_relative_url
 
 log = logging.getLogger("mkdocs.hooks.kernel_lab")
 
@@ -63,6 +65,11 @@ RECORD_LINK = re.compile(rf"(?:\]\(\s*<?|^\s*\[[^\]\n]+\]:\s*<?|href\s*=\s*[\"']
 # A record's path shown as code on a page, outside a link's text: linked to the repository's copy when
 # mkdocs.yml names where its records/ folder is browsed (extra.records_url).
 RECORD_PATH_CODE = re.compile(rf"(?<![\[`])`records/({RECORD_NAME.pattern})`(?![`\]])")
+# A notebook page's inline stylesheets this long or longer are served as files (shared_styles), under this folder
+# of the site.
+INLINE_STYLE = re.compile(r'<style type="text/css">(.*?)</style>', re.DOTALL)
+STYLE_KEPT_INLINE = 16_000
+NOTEBOOK_STYLES = "assets/notebook"
 # Navigation sections filled from the folder their index page lives in.
 # The lab notebook's rounds are listed by its own index page (docs/probes/index.md), not in the navigation,
 # which every page of the site carries: sixty rounds there weighed more than the pages themselves.
@@ -153,9 +160,11 @@ def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
 
 def on_page_content(html: str, page: Page, config, files: Files) -> str:
     """A notebook page whose saved outputs are missing or were made by other code opens with a note saying so
-    (lab.publish.jupyter), so bare cells or an older version's outputs are never taken for the code's own."""
+    (lab.publish.jupyter), so bare cells or an older version's outputs are never taken for the code's own.
+    Its large inline stylesheets are served as files of their own (shared_styles)."""
     if not page.file.src_uri.endswith(".ipynb") or not page.file.abs_src_path:
         return html
+    html = shared_styles(html, page.url, config.site_dir)
     jupyter = _project_module(project_root(config), "lab.publish.jupyter")
     try:
         notebook = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))
@@ -163,6 +172,26 @@ def on_page_content(html: str, page: Page, config, files: Files) -> str:
         raise PluginError(f"{page.file.src_uri}: not a readable notebook ({exc})") from None
     notice = jupyter.outputs_notice(notebook)
     return html if notice is None else notice + html
+
+
+def shared_styles(html: str, page_url: str, site_dir: str) -> str:
+    """`html` with each inline stylesheet of STYLE_KEPT_INLINE characters or more moved to a file of the site
+    (NOTEBOOK_STYLES/<digest of its text>.css) and linked in its place, where it stood, so the cascade is the
+    same. mkdocs-jupyter writes its whole theme, over half a megabyte, into every notebook page; as a file it
+    is fetched once and the page stays light. The theme's url()s are all data: addresses, which move as they
+    are."""
+    def move(match: re.Match) -> str:
+        css = match.group(1).strip()
+        if len(css) < STYLE_KEPT_INLINE:
+            return match.group(0)
+        name = f"{NOTEBOOK_STYLES}/{hashlib.sha256(css.encode('utf-8')).hexdigest()[:16]}.css"
+        path = Path(site_dir) / name
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(css + "\n", encoding="utf-8")
+        return f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">'
+
+    return INLINE_STYLE.sub(move, html)
 
 
 def on_nav(nav: Navigation, config, files: Files) -> Navigation:

@@ -85,10 +85,13 @@ def render_outputs(evidence: Evidence, cited: Iterable[str] = ()) -> dict[str, s
     for slug, experiment in evidence.experiments.items():
         page = experiment_page_context(evidence, slug, served)
         out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(**page)
-        if page["paged"]:  # the long per-point tables, on a page of their own for each GPU
+        if page["paged"]:  # the long per-point tables, on a page of their own for each GPU and clock
             for section in page["sections"]:
-                out[f"points/{slug}--{section['key']}.md"] = env.get_template("experiment.md.j2").render(
-                    **{**page, "points_view": True, "sections": [section]})
+                one = {**page, "points_view": True, "sections": [section]}
+                out[f"points/{slug}--{section['key']}.md"] = env.get_template("experiment.md.j2").render(**one)
+                if section["eager"] and section["eager"]["measured"]:
+                    out[f"points/{slug}--{section['key']}--eager-call.md"] = env.get_template(
+                        "points_eager.md.j2").render(**one)
         for key, verdict in evidence.verdicts[slug].items():
             for dtype in dtypes_in(verdict.run):
                 out[f"{PLOTS_DIR}/{plot_filename(slug, key, dtype)}"] = render_plot(

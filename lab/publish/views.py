@@ -56,8 +56,9 @@ REFRESH_COMMAND = "python tools/build_results.py"
 INCORRECT_MARK = Md('<span class="kl-incorrect">✗ incorrect</span>')
 
 
-# An experiment with more points than this in one GPU's dtype keeps its per-point tables on a page of its own
-# (docs/points/<slug>.md), so its page stays short and light.
+# An experiment with more points than this in one GPU's dtype keeps its per-point tables on pages of their own,
+# one per GPU and clock (docs/points/<slug>--<gpu>.md, and <slug>--<gpu>--eager-call.md where the run measured
+# that clock: lab.publish.render), so each page stays short and light.
 POINTS_ON_PAGE = 8
 BREAKDOWNS_ON_PAGE = 4  # cases with an op-by-op breakdown, likewise
 
@@ -408,7 +409,7 @@ def experiment_page_context(evidence: Evidence, slug: str, served: Collection[st
                        for d, v in experiment.tolerance.items()],
         "sources": sorted(evidence.current_hashes[slug]),
         "refresh": f"{REFRESH_COMMAND} {slug}",
-        # More points than this in one GPU's dtype: the per-point tables go to docs/points/<slug>.md.
+        # More points than this in one GPU's dtype: the per-point tables go to docs/points/ (POINTS_ON_PAGE).
         "paged": any(len(d["case_rows"]) > POINTS_ON_PAGE or len(d["breakdown"]) > BREAKDOWNS_ON_PAGE
                      for s in sections for d in s["dtypes"]),
         "points_view": False,

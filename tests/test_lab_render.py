@@ -173,7 +173,31 @@ def test_the_history_keeps_every_run_with_the_verdict_its_data_gives(outputs):
     newest, older = rows
     assert "kl-badge--inconclusive" in newest and "newest, stale" in newest
     assert "kl-badge--rejected" in older and "superseded" in older and "`0123456789 (dirty)`" in older
-    assert history.count('{ .kl-tick .kl-tick--') == 2
+    # The newest run links the record the page's numbers come from; the superseded one, which the site does
+    # not serve, is named by its path in the repository, and its square links nowhere.
+    assert "[`e5e5e5`](../records/fixture-sweep/20260304T070000Z-nvidia-test-gpu-a-e5e5e5.json)" in newest
+    assert "| `records/fixture-sweep/20260220T120000Z-nvidia-test-gpu-a-d4d4d4.json` | superseded |" in older
+    assert "d4d4d4.json)" not in sweep and "d4d4d4.json " not in sweep
+    assert history.count("{ .kl-tick .kl-tick--") == 1
+    assert history.count('<span class="kl-tick kl-tick--rejected" title="2026-02-20 12:00 UTC') == 1
+    assert "the repository keeps every record" in history
+
+
+def test_a_run_a_page_cites_is_linked_from_the_history():
+    from lab.publish.figures import cited_runs
+    from lab.publish.served import served_runs
+
+    evidence = _evidence()
+    older = "20260220T120000Z-nvidia-test-gpu-a-d4d4d4"
+    post = 'Then {{ fig("fixture-sweep", run="20260220T12", what="points") }} points, and ' \
+           '{{ fig("fixture-sweep", run="2026", what="points") }} (two runs: cites neither).'
+    assert cited_runs([post, "no figures here"], evidence) == {older}
+    assert older not in served_runs(evidence) and older in served_runs(evidence, {older, "19990101T000000Z-x"})
+    assert "19990101T000000Z-x" not in served_runs(evidence, {"19990101T000000Z-x"})
+    page = render_outputs(evidence, cited={older})["experiments/fixture-sweep.md"]
+    history = page[page.index("## History"):page.index("## Results")]
+    assert f"[`d4d4d4`](../records/fixture-sweep/{older}.json)" in history
+    assert history.count("{ .kl-tick .kl-tick--") == 2 and "the repository keeps every record" not in history
 
 
 def test_the_summary_card_and_the_gpus_side_by_side(outputs):
@@ -293,6 +317,28 @@ def test_both_clocks_reach_the_card_the_side_by_side_and_the_history():
     assert "kl-badge--rejected" in rows[-1] and "superseded" in rows[-1], "the older run's own verdict is kept"
     assert history.count(", Eager call (1 run)") == 1
     assert "#### NVIDIA Test GPU A · Eager call { #gpu-nvidia-test-gpu-a-eager-call }" in page and "GPU time only: this run was recorded before" in page
+
+
+def test_paged_points_put_each_clock_on_a_page_of_its_own(monkeypatch):
+    from lab.publish import views
+
+    monkeypatch.setattr(views, "POINTS_ON_PAGE", 0)  # every experiment's points go to point-by-point pages
+    experiment, evidence, _, _ = _flops_evidence(True)
+    outputs = render_outputs(evidence)
+    slug = experiment.slug
+    pages = sorted(name for name in outputs if name.startswith(f"points/{slug}--"))
+    measured = [name.removesuffix("--eager-call.md").removeprefix(f"points/{slug}--") for name in pages
+                if name.endswith("--eager-call.md")]
+    assert measured, "a GPU whose newest run measured the eager call has that clock's page"
+    for key in measured:
+        gpu_time = outputs[f"points/{slug}--{key}.md"]
+        eager = outputs[f"points/{slug}--{key}--eager-call.md"]
+        assert "· Eager call {" not in gpu_time and f"(../points/{slug}--{key}--eager-call.md)" in gpu_time
+        assert "· Eager call {" in eager and "| Case | Speedup [95% CI] |" in eager
+        assert f"(../points/{slug}--{key}.md)" in eager and f"(../experiments/{slug}.md#gpu-{key}-eager-call)" in eager
+        assert f"(../points/{slug}--{key}--eager-call.md)" in outputs[f"experiments/{slug}.md"]
+    assert not any(name.startswith("points/") for name in render_outputs(_eager_evidence()[1])), \
+        "one point a dtype: no point-by-point pages"
 
 
 # ---- TFLOP/s beside the time on multi-point pages of experiments with a FLOP model ------------------------

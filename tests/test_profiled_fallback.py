@@ -124,6 +124,9 @@ def test_an_unprofiled_newest_run_shows_the_older_runs_profile_and_names_it(tmp_
     assert f"[`d1d1d1`](../records/{SLUG}/{OLDER}.json.gz) (`{OLDER}`), started 2026-03-01T12:00:00Z at commit " \
            "`feedfacefe`" in note
     assert "older than the run judged above" in note
+    history = out[f"experiments/{SLUG}.md"].split("## History")[1].split("## Results")[0]
+    assert f"[`d1d1d1`](../records/{SLUG}/{OLDER}.json.gz)" in history, \
+        "the run the profile comes from is served with the site, and its history row links it"
     assert "**The profiled code differs from the judged run's code:** `fixture/kernel.py` hashed differently" in note
     assert "`fixture/single.py`" not in note
     # The roofline's roofs are that run's: "measured in that run".

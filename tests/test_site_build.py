@@ -218,9 +218,14 @@ def test_declarations_label_figures_from_outside_the_records():
 # --------------------------------------------------------------------------------------------------------
 
 
-def _config(root: Path):
+def _config(root: Path, linking: tuple[str, ...] = ("records/softmax-x/20261101T000000Z-abc.json",
+                                                    "records/softmax-x/20261101T000000Z-abc.json.gz")):
+    """A configuration for the hook, with a page under docs/ that links each record in `linking`."""
+    (root / "docs").mkdir(parents=True, exist_ok=True)
+    (root / "docs" / "page.md").write_text("".join(f"[run](../{name})\n" for name in linking))
     return SimpleNamespace(config_file_path=str(root / "mkdocs.yml"), site_dir=str(root / "site"),
-                           use_directory_urls=True, plugins=SimpleNamespace(_current_plugin="hooks"))
+                           docs_dir=str(root / "docs"), use_directory_urls=True,
+                           plugins=SimpleNamespace(_current_plugin="hooks"))
 
 
 def test_records_are_published_at_their_own_path(tmp_path):
@@ -273,6 +278,67 @@ def test_only_record_files_are_published_and_never_through_a_link(tmp_path, capl
     files = hooks.on_files(Files([]), config=_config(tmp_path))
     assert [f.src_uri for f in files] == ["records/softmax-x/20261101T000000Z-abc.json"]
     assert "evil.html is not a run record" in caplog.text and "lies behind a symbolic link" in caplog.text
+
+
+def test_only_the_records_pages_link_are_published(tmp_path):
+    from mkdocs.structure.files import Files
+
+    folder = tmp_path / "records" / "softmax-x"
+    folder.mkdir(parents=True)
+    names = [f"2026110{i}T000000Z-abc.json.gz" for i in range(1, 7)]
+    for name in names:
+        (folder / name).write_bytes(b"")
+    (tmp_path / "docs" / "points").mkdir(parents=True)
+    (tmp_path / "docs" / "points" / "p.md").write_text(
+        f"| [`abc`](../../records/softmax-x/{names[0]}) |\n"  # a Markdown link, two folders down
+        f'<a href="/records/softmax-x/{names[1]}">raw</a>\n'  # an href, from the docs root
+        f"[ref]: ../records/softmax-x/{names[2]}\n"  # a reference definition
+        f"The history's path, not a link: `records/softmax-x/{names[3]}`\n"
+        f"[run](https://example.org/records/softmax-x/{names[4]})\n"  # another host's copy
+    )
+    config = _config(tmp_path, linking=())
+    assert sorted(f.src_uri for f in hooks.on_files(Files([]), config=config)) == \
+        [f"records/softmax-x/{n}" for n in names[:3]]
+    assert hooks.linked_records(tmp_path / "nowhere") == set()
+
+
+def test_record_paths_link_the_repository_only_when_its_address_is_given(tmp_path):
+    from mkdocs.exceptions import PluginError
+
+    (tmp_path / "records" / "s").mkdir(parents=True)
+    (tmp_path / "records" / "s" / "20261101T000000Z-r.json.gz").write_bytes(b"")
+    held, gone = "records/s/20261101T000000Z-r.json.gz", "records/s/20261102T000000Z-r.json.gz"
+    page = f"| `{held}` | superseded |\n[`{held}`](../{held}) and `{gone}`\n"
+    assert hooks.link_record_paths(page, None, tmp_path) == page
+    url = "https://example.org/lab/blob/main/records"
+    assert hooks.link_record_paths(page, url, tmp_path) == (
+        f"| [`{held}`]({url}/s/20261101T000000Z-r.json.gz) | superseded |\n[`{held}`](../{held}) and `{gone}`\n")
+    assert hooks.records_url(SimpleNamespace(extra={"records_url": url + "/"})) == url
+    assert hooks.records_url(SimpleNamespace(extra={"records_url": None})) is None
+    for bad in ("http://example.org/records", "javascript:alert(1)", "https://x.org/a b"):
+        with pytest.raises(PluginError, match="https"):
+            hooks.records_url(SimpleNamespace(extra={"records_url": bad}))
+
+
+def test_a_notebook_pages_large_stylesheet_is_served_as_a_file(tmp_path):
+    theme = ".jupyter-wrapper{--x: url(data:image/png;base64,AAAA)}" * 400
+    small = "pre { line-height: 125%; }"
+    html = (f'<style type="text/css">{small}</style><style type="text/css">\n{theme}\n</style>'
+            f'<div class="jupyter-wrapper">cells</div><style type="text/css">{theme}</style>')
+    out = hooks.shared_styles(html, "notebooks/softmax-from-scratch/", str(tmp_path))
+    (css,) = (tmp_path / "assets" / "notebook").iterdir()
+    assert css.read_text(encoding="utf-8") == theme + "\n"
+    link = f'<link rel="stylesheet" href="../../assets/notebook/{css.name}">'
+    assert out == f'<style type="text/css">{small}</style>{link}<div class="jupyter-wrapper">cells</div>{link}', \
+        "the small one stays inline; the theme is linked where it stood, one file for both"
+
+
+def test_the_site_weighs_what_its_pages_need(site):
+    heavy = [f"{p.relative_to(site)}: {p.stat().st_size:,}" for p in site.rglob("*.html") if p.stat().st_size > 250_000]
+    assert heavy == [], "pages over 250 kB of HTML"
+    served = {p.relative_to(site / "records").as_posix() for p in (site / "records").rglob("*") if p.is_file()}
+    assert served == hooks.linked_records(DOCS), "exactly the records the pages link"
+    assert len(served) < sum(1 for p in (ROOT / "records").rglob("*.json*")), "superseded runs stay in the repository"
 
 
 def test_a_docs_file_shadowing_a_record_is_refused(tmp_path):

@@ -56,6 +56,7 @@ from lab.evidence.store import RecordsFolderError  # noqa: E402
 from lab.evidence.verdict import CLOCK_NAMES, STALE  # noqa: E402
 from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
+from lab.publish.figures import cited_runs  # noqa: E402
 from lab.publish.notebook import render_notebook  # noqa: E402
 from lab.publish.render import lost_evidence, render_outputs, write_outputs  # noqa: E402
 
@@ -189,7 +190,7 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
 
     A render that would take runs off the pages (every record of an experiment, or of a GPU, now skipped or
     gone) says so first, and under --strict refuses: nothing is written."""
-    outputs = render_outputs(found)
+    outputs = render_outputs(found, cited_in(args.docs_dir, found))
     notebook, skipped = render_notebook(ROOT)  # the probe rounds' pages, from probes/rounds.toml and notes/probes/
     for problem in skipped:
         print(f"build_results: skipped {problem}", file=sys.stderr)
@@ -207,6 +208,18 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
     if status == EXIT_OK and args.strict and (found.problems or skipped):
         return EXIT_INVALID_RECORDS
     return status
+
+
+def cited_in(docs_dir: Path, found) -> set[str]:
+    """The runs that pages under docs_dir cite by id (`{{ fig(..., run="...") }}`): the site serves their
+    records too, and their experiment's history links them (lab.publish.served)."""
+    texts = []
+    for path in sorted(docs_dir.rglob("*.md")) if docs_dir.is_dir() else ():
+        try:
+            texts.append(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue  # a page MkDocs cannot read either; the build names it
+    return cited_runs(texts, found)
 
 
 def why_run(found, slug: str, key: str, force: bool) -> str | None:

@@ -2,17 +2,15 @@
 
 * Refuses to build without the vendored KaTeX and fonts (tools/vendor_assets.py): a site that would
   reach for a CDN, or show raw TeX, is worse than a clear error.
-* Publishes every run record under records/ (repository root) at the same path in the site, as it is
-  stored: records/<slug>/<run-id>.json.gz stays compressed (the records are most of the repository's
-  weight; decompressed they would be most of the site's), a plain <run-id>.json stays plain. The host a
-  record ran on is named by its alias there, as on the pages (KERNEL_LAB_SHOW_HOSTS=1 keeps names), and
-  the rest of the record is unchanged. Generated pages link the file as it is stored, and `--strict`
-  checks those links. Nothing else there is published: another file, or one behind a symbolic link, is
-  left out with a warning (which fails a --strict build).
+* Publishes the run records that pages link, as they are stored, their hosts aliased, and links the record
+  paths a page shows as code to the repository's copy when mkdocs.yml names where it is browsed
+  (tools/site_records.py). The pages link the records their numbers come from (lab.publish.served) and name
+  every other run by its path in the repository, which keeps every record. `--strict` checks the links.
   `mkdocs serve` watches records/ as soon as it exists.
 * Lists every generated experiment and decision page under its section of the navigation, so adding an
   experiment touches one declaration and no configuration.
-* Opens a notebook page whose saved outputs are missing or older than its code with a note saying so.
+* Opens a notebook page whose saved outputs are missing or older than its code with a note saying so, and
+  serves the stylesheet mkdocs-jupyter writes into it (over half a megabyte) as a file of its own.
 * Expands the checked figures of hand-written pages (`{{ fig(...) }}`, `{{ claim(...) }}`: lab.publish.figures)
   from the records' verdicts, and fails the build naming page and line where a figure or claim no longer
   holds.
@@ -26,7 +24,6 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib.util
 import json
@@ -39,17 +36,37 @@ import threading
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
-from mkdocs.structure.files import File, Files
+from mkdocs.structure.files import Files
 from mkdocs.structure.nav import Navigation, Section
 from mkdocs.structure.pages import Page
+from mkdocs.utils import get_relative_url
 
 log = logging.getLogger("mkdocs.hooks.kernel_lab")
 
-RECORDS_DIR = "records"
-# <slug>/<run-id>.json or .json.gz, with the names lab.evidence.checks accepts: nothing else under records/
-# (an .html, an .svg) is ever published, whatever a folder of records holds.
-_NAME = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
-RECORD_NAME = re.compile(rf"{_NAME}/[0-9]{{8}}T[0-9]{{6}}Z-{_NAME}\.json(?:\.gz)?")
+def _load_tool(name: str):
+    """tools/<name>.py, beside this file, as a module (tools/ is not a package)."""
+    module_name = f"kernel_lab_{name}"
+    spec = importlib.util.spec_from_file_location(module_name, Path(__file__).resolve().parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses look their module up while the class is being built
+    spec.loader.exec_module(module)
+    return module
+
+
+# Which records are published and how: tools/site_records.py, its names kept here too.
+_records = _load_tool("site_records")
+RECORDS_DIR = _records.RECORDS_DIR
+RECORD_NAME = _records.RECORD_NAME
+SHOW_HOSTS = _records.SHOW_HOSTS
+host_alias, published_record, PublishedRecord = _records.host_alias, _records.published_record, _records.PublishedRecord
+linked_records, record_files = _records.linked_records, _records.record_files
+records_url, link_record_paths = _records.records_url, _records.link_record_paths
+
+# A notebook page's inline stylesheets this long or longer are served as files (shared_styles), under this folder
+# of the site.
+INLINE_STYLE = re.compile(r'<style type="text/css">(.*?)</style>', re.DOTALL)
+STYLE_KEPT_INLINE = 16_000
+NOTEBOOK_STYLES = "assets/notebook"
 # Navigation sections filled from the folder their index page lives in.
 # The lab notebook's rounds are listed by its own index page (docs/probes/index.md), not in the navigation,
 # which every page of the site carries: sixty rounds there weighed more than the pages themselves.
@@ -73,13 +90,8 @@ def project_root(config) -> Path:
 
 
 def _load_vendor_assets():
-    """tools/vendor_assets.py, beside this file, as a module (tools/ is not a package)."""
-    name = "kernel_lab_vendor_assets"
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "vendor_assets.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is being built
-    spec.loader.exec_module(module)
-    return module
+    """tools/vendor_assets.py, beside this file, as a module."""
+    return _load_tool("vendor_assets")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -94,6 +106,7 @@ def on_startup(command: str, dirty: bool) -> None:
 
 def on_config(config):
     root = project_root(config)
+    records_url(config)  # an address that is not https: fails here, before anything is built
     records = root / RECORDS_DIR
     if records.is_dir() and str(records) not in config.watch:
         config.watch.append(str(records))  # `mkdocs serve` reloads when a run is recorded
@@ -113,13 +126,15 @@ def on_pre_build(config) -> None:
 
 
 def on_files(files: Files, config) -> Files:
+    linked = linked_records(Path(config.docs_dir))
     for record in record_files(project_root(config), config):
         if files.get_file_from_path(record.src_uri) is not None:
             raise PluginError(
                 f"docs/{record.src_uri} collides with the run record of the same name: records are published "
                 f"from {RECORDS_DIR}/ at the repository root; remove the copy under docs/."
             )
-        files.append(record)
+        if record.src_uri.removeprefix(RECORDS_DIR + "/") in linked:
+            files.append(record)
     return files
 
 
@@ -130,15 +145,18 @@ def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
         title = heading_after_comments(markdown)
         if title:
             page.meta["title"] = title
-    return expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
-                          page.file.abs_src_path)
+    markdown = expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
+                              page.file.abs_src_path)
+    return link_record_paths(markdown, records_url(config), project_root(config))
 
 
 def on_page_content(html: str, page: Page, config, files: Files) -> str:
     """A notebook page whose saved outputs are missing or were made by other code opens with a note saying so
-    (lab.publish.jupyter), so bare cells or an older version's outputs are never taken for the code's own."""
+    (lab.publish.jupyter), so bare cells or an older version's outputs are never taken for the code's own.
+    Its large inline stylesheets are served as files of their own (shared_styles)."""
     if not page.file.src_uri.endswith(".ipynb") or not page.file.abs_src_path:
         return html
+    html = shared_styles(html, page.url, config.site_dir)
     jupyter = _project_module(project_root(config), "lab.publish.jupyter")
     try:
         notebook = json.loads(Path(page.file.abs_src_path).read_text(encoding="utf-8"))
@@ -146,6 +164,26 @@ def on_page_content(html: str, page: Page, config, files: Files) -> str:
         raise PluginError(f"{page.file.src_uri}: not a readable notebook ({exc})") from None
     notice = jupyter.outputs_notice(notebook)
     return html if notice is None else notice + html
+
+
+def shared_styles(html: str, page_url: str, site_dir: str) -> str:
+    """`html` with each inline stylesheet of STYLE_KEPT_INLINE characters or more moved to a file of the site
+    (NOTEBOOK_STYLES/<digest of its text>.css) and linked in its place, where it stood, so the cascade is the
+    same. mkdocs-jupyter writes its whole theme, over half a megabyte, into every notebook page; as a file it
+    is fetched once and the page stays light. The theme's url()s are all data: addresses, which move as they
+    are."""
+    def move(match: re.Match) -> str:
+        css = match.group(1).strip()
+        if len(css) < STYLE_KEPT_INLINE:
+            return match.group(0)
+        name = f"{NOTEBOOK_STYLES}/{hashlib.sha256(css.encode('utf-8')).hexdigest()[:16]}.css"
+        path = Path(site_dir) / name
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(css + "\n", encoding="utf-8")
+        return f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">'
+
+    return INLINE_STYLE.sub(move, html)
 
 
 def on_nav(nav: Navigation, config, files: Files) -> Navigation:
@@ -166,86 +204,6 @@ def on_nav(nav: Navigation, config, files: Files) -> Navigation:
     for before, page, after in zip(bookended, nav.pages, bookended[2:]):
         page.previous_page, page.next_page = before, after
     return nav
-
-
-# --------------------------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------------------------
-
-
-SHOW_HOSTS = "KERNEL_LAB_SHOW_HOSTS"  # as lab.publish.formatting.SHOW_HOSTS
-
-
-def host_alias(name: str) -> str:
-    """The alias the pages give a host (lab.publish.formatting.host_label, repeated here: the hook imports
-    nothing of the lab's); a test holds the two equal."""
-    return "host-" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:6]
-
-
-def published_record(data: bytes) -> bytes:
-    """A record's bytes as the site serves them: the host it ran on named by its alias, unless
-    KERNEL_LAB_SHOW_HOSTS=1 (the repository's record keeps the name). Anything else passes unchanged, bytes
-    that are not a JSON object with a named host included."""
-    if os.environ.get(SHOW_HOSTS) == "1":
-        return data
-    try:
-        record = json.loads(data)
-    except ValueError:
-        return data
-    env = record.get("environment") if isinstance(record, dict) else None
-    if not isinstance(env, dict) or not isinstance(env.get("host"), str) or not env["host"]:
-        return data
-    env["host"] = host_alias(env["host"])
-    return (json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-class PublishedRecord(File):
-    """A run record copied into the site as it is stored (a .json.gz stays compressed), its host aliased."""
-
-    def copy_file(self, dirty: bool = False) -> None:
-        if dirty and not self.is_modified():
-            return
-        os.makedirs(os.path.dirname(self.abs_dest_path), exist_ok=True)
-        compressed = self.abs_src_path.endswith(".gz")
-        with open(self.abs_src_path, "rb") as source:
-            stored = source.read()
-        data = gzip.decompress(stored) if compressed else stored
-        published = published_record(data)
-        if published is data:  # nothing to alias: the stored bytes as they are
-            out_bytes = stored
-        else:  # mtime 0: the same record gives the same bytes on every build
-            out_bytes = gzip.compress(published, compresslevel=9, mtime=0) if compressed else published
-        with open(self.abs_dest_path, "wb") as out:
-            out.write(out_bytes)
-
-
-def record_files(root: Path, config) -> list[File]:
-    """A site file for every run record under <root>/records/, at the same relative path in the site and
-    copied as it is (a .json.gz record stays compressed)."""
-    base = root / RECORDS_DIR
-    if not base.is_dir():
-        return []
-    files = []
-    for path in sorted(base.rglob("*")):
-        # hidden names are editor and OS droppings, or a record still being written, never records
-        if not path.is_file() or any(part.startswith(".") for part in path.relative_to(base).parts):
-            continue
-        parts = path.relative_to(base).parts
-        if any((base / Path(*parts[:i])).is_symlink() for i in range(1, len(parts) + 1)):
-            log.warning(f"{path} lies behind a symbolic link: not published (a link could point anywhere)")
-            continue
-        if not RECORD_NAME.fullmatch("/".join(parts)):
-            log.warning(f"{path} is not a run record (records/<slug>/<run-id>.json.gz): not published")
-            continue
-        files.append(PublishedRecord.generated(config, path.relative_to(root).as_posix(), abs_src_path=str(path)))
-    seen: dict[str, str] = {}
-    for f in files:
-        run = f.src_uri.removesuffix(".gz")
-        if run in seen:
-            raise PluginError(f"{seen[run]} and {f.abs_src_path} both record the run {run.removesuffix('.json')}: "
-                              "a run is recorded once, compressed or not; remove one of them.")
-        seen[run] = f.abs_src_path
-    return files
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -65,9 +65,13 @@ def word(point_word: str, title: str = "") -> Md:
     return Md(f'<span class="kl-word kl-word--{css_name(point_word)}"{tip}>{esc(point_word)}</span>')
 
 
-def tick(state: str, link: str, title: str) -> Md:
+def tick(state: str, link: str | None, title: str) -> Md:
     """One run in a history strip: a small square in its verdict's colour, linked to its record. Written as a
-    Markdown link so that MkDocs resolves `link` like every other link on the page."""
+    Markdown link so that MkDocs resolves `link` like every other link on the page. Without a link (a run
+    whose record the repository holds and the site does not: lab.publish.served) the same square, unlinked."""
+    if link is None:
+        return Md(f'<span class="kl-tick kl-tick--{css_name(state)}" title="{esc(title)}">'
+                  f'<span class="kl-sr">{esc(state)}</span></span>')
     tip = esc(title).replace("&quot;", "").replace("&#x27;", "")
     return Md(f'[<span class="kl-sr">{esc(state)}</span>]({link} "{tip}"){{ .kl-tick .kl-tick--{css_name(state)} }}')
 

@@ -139,6 +139,27 @@ def check_pages(pages: Iterable[tuple[str, str]], evidence: Evidence) -> list[st
     return problems
 
 
+def cited_runs(pages: Iterable[str], evidence: Evidence) -> set[str]:
+    """The ids of the runs that calls in `pages` (Markdown texts) name by `run=`, each matched as the figures
+    match it (exactly one run of the experiment starts with the given id). A page whose calls do not parse,
+    or a call naming no run or several, cites nothing here: expanding that page fails the build anyway."""
+    cited = set()
+    for markdown in pages:
+        if not OPENING.search(markdown):
+            continue
+        try:
+            calls = parse_calls(markdown, "")
+        except FigureError:
+            continue
+        for call in calls:
+            if "run" in call.kwargs:
+                wanted = str(call.kwargs["run"])
+                runs = [r.run_id for r in evidence.runs.get(call.slug, []) if r.run_id.startswith(wanted)]
+                if len(runs) == 1:
+                    cited.add(runs[0])
+    return cited
+
+
 def first_line_of(body: str, whole: str) -> int:
     """The line of the file text `whole` on which `body` (its Markdown after the front matter) starts."""
     at = whole.find(body[:500]) if body.strip() else -1

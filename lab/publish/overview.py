@@ -9,6 +9,8 @@ what is built here as Markdown of the project's own (a line break, a code span, 
 
 from __future__ import annotations
 
+from typing import Collection
+
 from experiments.spec import Experiment
 from lab.evidence.hashing import changed_sources
 from lab.evidence.records import Point, RunRecord
@@ -44,6 +46,11 @@ def record_file(run: RunRecord) -> str:
 
 def record_link(run: RunRecord) -> Md:
     return href(f"../records/{run.experiment}/{record_file(run)}")
+
+
+def record_path(run: RunRecord) -> str:
+    """Where the repository keeps the record: records/<slug>/<file>."""
+    return f"records/{run.experiment}/{record_file(run)}"
 
 
 def run_ref(run: RunRecord, gpu_label: str) -> dict:
@@ -242,9 +249,10 @@ def _judged(experiment: Experiment, run: RunRecord, clock: str, newest: dict) ->
     return state, points
 
 
-def history(evidence: Evidence, slug: str) -> dict:
+def history(evidence: Evidence, slug: str, served: Collection[str]) -> dict:
     """Every run of `slug`, newest first, with the verdict its own data gives under today's rule on each clock;
-    and per GPU and clock a strip of those verdicts, oldest to newest."""
+    and per GPU and clock a strip of those verdicts, oldest to newest. A run in `served` (ids: the records the
+    site serves, lab.publish.served) links its record; any other is named by its path in the repository."""
     experiment: Experiment = evidence.experiments[slug]
     clocks = [GPU_TIME] + ([EAGER_CALL] if any(r.eager is not None for r in evidence.runs[slug]) else [])
     newest_ids = {key: v.run.run_id for key, v in evidence.verdicts[slug].items() if v.run is not None}
@@ -266,7 +274,10 @@ def history(evidence: Evidence, slug: str) -> dict:
                            "badge": badges.badge(state, f"{run.run_id}: {counts}") if state else fmt.DASH})
         host = fmt.host_label(run.environment.get("host"))  # runs from several hosts of one model, told apart
         label = evidence.gpu_labels[run.gpu_key] + (f" on {host}" if host else "")
-        rows.append({**run_ref(run, label), "gpu_key": run.gpu_key, "states": states,
+        ref = run_ref(run, label)
+        if run.run_id not in served:
+            ref["link"] = None
+        rows.append({**ref, "path": record_path(run), "gpu_key": run.gpu_key, "states": states,
                      "status": status, "points": len(run.points)})
     strips = []
     for key in sorted({r["gpu_key"] for r in rows}):
@@ -279,4 +290,5 @@ def history(evidence: Evidence, slug: str) -> dict:
             if ticks:
                 strips.append({"gpu": evidence.gpu_labels[key], "clock": CLOCK_NAMES[clock], "runs": len(ticks),
                                "html": Md(f'<span class="kl-strip">{"".join(ticks)}</span>')})
-    return {"rows": rows, "strips": strips, "clocks": [CLOCK_NAMES[c] for c in clocks]}
+    return {"rows": rows, "strips": strips, "clocks": [CLOCK_NAMES[c] for c in clocks],
+            "unlinked": sum(r["link"] is None for r in rows)}

@@ -6,8 +6,10 @@ paths to file contents (pure: no files touched, so tests compare it with golden 
 Everything is iterated in sorted order and the only dates on a page come from records, so unchanged records
 re-render byte for byte.
 
-Links: pages under docs/experiments/ and docs/decisions/ link relatively (../records/<slug>/<id>.json is
-published by the site's hook). Snippets under docs/generated/ are included into pages elsewhere, so their
+Links: pages under docs/experiments/ and docs/decisions/ link relatively (../records/<slug>/<id>.json.gz: the
+site's hook publishes every record a page links). Only the records the pages' numbers come from, and those a
+hand-written page cites, are linked (lab.publish.served); the history names every other run by its path in
+the repository. Snippets under docs/generated/ are included into pages elsewhere, so their
 links are written from the docs root (/experiments/<slug>.md), which MkDocs resolves for the including
 page when `validation.links.absolute_links` is `relative_to_docs`.
 
@@ -19,6 +21,8 @@ value gets), `safe` (trusted text, by hand: a macro's output, which was escaped 
 """
 
 from __future__ import annotations
+
+from typing import Iterable
 
 import jinja2
 
@@ -41,6 +45,7 @@ from lab.publish.indexes import (
 from lab.publish.output import WriteReport, lost_evidence, write_outputs  # noqa: F401 - the render's way out
 from lab.publish.overview import clocks_with_data, performance_verdicts, speedup_series
 from lab.publish.plots import plot_filename, render_plot, render_speedup_plot, speedup_plot_filename
+from lab.publish.served import served_runs
 from lab.publish.views import GENERATED_HEADER, PLOTS_DIR, REFRESH_COMMAND, experiment_page_context
 
 
@@ -61,13 +66,15 @@ def _jinja() -> jinja2.Environment:
     return env
 
 
-def render_outputs(evidence: Evidence) -> dict[str, str]:
-    """Every generated file, as docs-relative path -> content (SVG plots included)."""
+def render_outputs(evidence: Evidence, cited: Iterable[str] = ()) -> dict[str, str]:
+    """Every generated file, as docs-relative path -> content (SVG plots included). `cited`: the ids of runs
+    that hand-written pages cite (lab.publish.figures.cited_runs), whose records the site serves besides
+    those the pages' numbers come from (lab.publish.served)."""
     for slug in (*evidence.experiments, *(d.slug for d in evidence.decisions)):
         if not IDENTIFIER.fullmatch(slug):  # declared slugs name files and links, as record names do
             raise ValueError(f"declared slug {slug!r} is not a name of {IDENTIFIER_TEXT}")
     env = _jinja()
-    gpu_names = evidence.gpu_names
+    served = served_runs(evidence, cited)
     legend = env.get_template("snippet_legend.md.j2").render(header=GENERATED_HEADER, legend=badges.legend_rows())
     out: dict[str, str] = {"generated/legend.md": legend}
     out["experiments/index.md"] = env.get_template("experiments_index.md.j2").render(
@@ -76,12 +83,15 @@ def render_outputs(evidence: Evidence) -> dict[str, str]:
         refresh=REFRESH_COMMAND, legend=escape.Md(legend.split("\n", 2)[2].strip()),
     )
     for slug, experiment in evidence.experiments.items():
-        page = experiment_page_context(evidence, slug)
+        page = experiment_page_context(evidence, slug, served)
         out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(**page)
-        if page["paged"]:  # the long per-point tables, on a page of their own for each GPU
+        if page["paged"]:  # the long per-point tables, on a page of their own for each GPU and clock
             for section in page["sections"]:
-                out[f"points/{slug}--{section['key']}.md"] = env.get_template("experiment.md.j2").render(
-                    **{**page, "points_view": True, "sections": [section]})
+                one = {**page, "points_view": True, "sections": [section]}
+                out[f"points/{slug}--{section['key']}.md"] = env.get_template("experiment.md.j2").render(**one)
+                if section["eager"] and section["eager"]["measured"]:
+                    out[f"points/{slug}--{section['key']}--eager-call.md"] = env.get_template(
+                        "points_eager.md.j2").render(**one)
         for key, verdict in evidence.verdicts[slug].items():
             for dtype in dtypes_in(verdict.run):
                 out[f"{PLOTS_DIR}/{plot_filename(slug, key, dtype)}"] = render_plot(

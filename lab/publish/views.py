@@ -3,15 +3,16 @@ numbers, the summary card, the GPUs side by side and the history (lab.publish.ov
 GPU: the tables of each dtype (with the model columns an experiment declares, experiments.spec.PointColumn),
 the profiled (Nsight Compute) facts and the run facts.
 
-Links: pages under docs/experiments/ link relatively (../records/<slug>/<id>.json.gz is published as stored
-by the site's hook). Record text goes into these models as it is: the templates escape every value
+Links: pages under docs/experiments/ link relatively (../records/<slug>/<id>.json.gz, published as stored
+by the site's hook) to the records the site serves (lab.publish.served); the history names any other run by
+its path in the repository. Record text goes into these models as it is: the templates escape every value
 (lab.publish.escape); what a model builds as Markdown of its own (a status mark, a code span, a link, a badge)
 is an Md.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Collection, Iterable, Mapping, Sequence
 
 import torch
 
@@ -55,8 +56,9 @@ REFRESH_COMMAND = "python tools/build_results.py"
 INCORRECT_MARK = Md('<span class="kl-incorrect">✗ incorrect</span>')
 
 
-# An experiment with more points than this in one GPU's dtype keeps its per-point tables on a page of its own
-# (docs/points/<slug>.md), so its page stays short and light.
+# An experiment with more points than this in one GPU's dtype keeps its per-point tables on pages of their own,
+# one per GPU and clock (docs/points/<slug>--<gpu>.md, and <slug>--<gpu>--eager-call.md where the run measured
+# that clock: lab.publish.render), so each page stays short and light.
 POINTS_ON_PAGE = 8
 BREAKDOWNS_ON_PAGE = 4  # cases with an op-by-op breakdown, likewise
 
@@ -367,7 +369,9 @@ def evidence_facts(evidence: Evidence, slug: str) -> str:
             f"{plural(len(profiles), 'profile')}. Each GPU model is judged on its own.")
 
 
-def experiment_page_context(evidence: Evidence, slug: str) -> dict:
+def experiment_page_context(evidence: Evidence, slug: str, served: Collection[str]) -> dict:
+    """What an experiment page shows; `served`: the ids of the runs whose records the site serves
+    (lab.publish.served), which the history links; it names the others by their path in the repository."""
     experiment = evidence.experiments[slug]
     verdicts = evidence.verdicts[slug]
     gpu_names = evidence.gpu_names
@@ -390,7 +394,7 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
         "margin_basis": declared(margins_basis(experiment)),
         "card": overview.summary_card(evidence, slug),
         "sides": overview.sides(evidence, slug),
-        "history": overview.history(evidence, slug),
+        "history": overview.history(evidence, slug, served),
         "facts": evidence_facts(evidence, slug),
         "sections": sections,
         "decisions": declared([{"slug": d, "title": decisions[d].title if d in decisions else d,
@@ -405,7 +409,7 @@ def experiment_page_context(evidence: Evidence, slug: str) -> dict:
                        for d, v in experiment.tolerance.items()],
         "sources": sorted(evidence.current_hashes[slug]),
         "refresh": f"{REFRESH_COMMAND} {slug}",
-        # More points than this in one GPU's dtype: the per-point tables go to docs/points/<slug>.md.
+        # More points than this in one GPU's dtype: the per-point tables go to docs/points/ (POINTS_ON_PAGE).
         "paged": any(len(d["case_rows"]) > POINTS_ON_PAGE or len(d["breakdown"]) > BREAKDOWNS_ON_PAGE
                      for s in sections for d in s["dtypes"]),
         "points_view": False,

@@ -282,26 +282,21 @@ TABLE_BOXES = """() => Array.from(document.querySelectorAll("article table")).ma
 })"""
 
 
-@pytest.mark.parametrize("width", sorted(WIDTHS.values()))
-def test_no_table_hides_columns_without_a_cue_to_scroll(site, browser, base_url, width):
-    v = Visit(browser, base_url, width=width)
+def _scroll_cue_failures(path: str, boxes: list, width: int) -> list[str]:
+    """What is wrong with one page's tables (TABLE_BOXES) at `width`: columns cut off with no way to scroll,
+    a scroll with no visible cue, or (on a desktop) a summary card whose table does not fit."""
     failures = []
-    try:
-        for path in _reader_pages(site):
-            v.goto(path)
-            for t in v.page.evaluate(TABLE_BOXES):
-                if t["hidden"] or t["scroll"] <= t["visible"] + 1:
-                    continue
-                where = f"/{path} [{t['head'][:60]}]"
-                if t["overflowX"] not in ("auto", "scroll"):
-                    failures.append(f"{where}: {t['scroll']} px of columns in {t['visible']} px, overflow {t['overflowX']}")
-                elif "gradient" not in t["cue"]:
-                    failures.append(f"{where}: scrolls with no visible cue (background {t['cue']!r})")
-                if width >= 1440 and t["inCard"]:
-                    failures.append(f"{where}: the summary card's table needs {t['scroll']} px of {t['visible']}")
-    finally:
-        v.close()
-    assert not failures, "\n".join(failures)
+    for t in boxes:
+        if t["hidden"] or t["scroll"] <= t["visible"] + 1:
+            continue
+        where = f"/{path} [{t['head'][:60]}]"
+        if t["overflowX"] not in ("auto", "scroll"):
+            failures.append(f"{where}: {t['scroll']} px of columns in {t['visible']} px, overflow {t['overflowX']}")
+        elif "gradient" not in t["cue"]:
+            failures.append(f"{where}: scrolls with no visible cue (background {t['cue']!r})")
+        if width >= 1440 and t["inCard"]:
+            failures.append(f"{where}: the summary card's table needs {t['scroll']} px of {t['visible']}")
+    return failures
 
 
 def test_the_scroll_cue_check_can_fail(site, browser, base_url):
@@ -309,8 +304,10 @@ def test_the_scroll_cue_check_can_fail(site, browser, base_url):
     try:
         v.goto(SWEEP_PAGE)
         v.page.add_style_tag(content=".md-typeset .md-typeset__scrollwrap { background: none !important; }")
-        boxes = [t for t in v.page.evaluate(TABLE_BOXES) if not t["hidden"] and t["scroll"] > t["visible"] + 1]
-        assert boxes and all("gradient" not in t["cue"] for t in boxes)
+        boxes = v.page.evaluate(TABLE_BOXES)
+        scrolling = [t for t in boxes if not t["hidden"] and t["scroll"] > t["visible"] + 1]
+        assert scrolling and all("gradient" not in t["cue"] for t in scrolling)
+        assert any("no visible cue" in f for f in _scroll_cue_failures(SWEEP_PAGE, boxes, 390))
     finally:
         v.close()
 
@@ -452,12 +449,15 @@ NEEDED_CELLS = """() => {
 
 
 @pytest.mark.parametrize("width", sorted(WIDTHS.values()))
-def test_point_speedup_and_word_are_in_view_and_evidence_pages_are_short(site, browser, base_url, width):
+def test_reader_pages_fit_the_screen(site, browser, base_url, width):
+    """Every reader page at `width`, visited once: no table hides columns without a cue to scroll, the point,
+    speedup and word columns of every table with a speedup are in view, and evidence pages are short."""
     v = Visit(browser, base_url, width=width)
-    clipped, tall, measured = [], [], 0
+    cues, clipped, tall, measured = [], [], [], 0
     try:
         for path in _reader_pages(site):
             v.goto(path)
+            cues += _scroll_cue_failures(path, v.page.evaluate(TABLE_BOXES), width)
             for t in v.page.evaluate(NEEDED_CELLS):
                 measured += 1
                 if t["worst"]:
@@ -469,6 +469,7 @@ def test_point_speedup_and_word_are_in_view_and_evidence_pages_are_short(site, b
                     tall.append(f"/{path}: {height} px")
     finally:
         v.close()
+    assert not cues, "tables that hide columns:\n" + "\n".join(cues)
     assert measured > 20, "no table with a speedup column was measured"
     assert not clipped, "needed columns off screen:\n" + "\n".join(clipped)
     assert not tall, f"evidence pages taller than {PAGE_HEIGHT_PX} px at {width} px:\n" + "\n".join(tall)

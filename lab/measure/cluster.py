@@ -330,11 +330,10 @@ def last_duration(runs: Sequence, gpu_key: str, points: int | None = None) -> fl
         try:
             started, finished = (datetime.fromisoformat(t.replace("Z", "+00:00"))
                                  for t in (run.started_utc, run.finished_utc))
-        except (AttributeError, ValueError):
+        except ValueError:
             continue
         seconds = max(0.0, (finished - started).total_seconds())
-        recorded = len(getattr(run, "points", ()) or ())
-        return seconds * points / recorded if points and recorded else seconds
+        return seconds * points / len(run.points) if points and run.points else seconds
     return None
 
 

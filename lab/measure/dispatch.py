@@ -234,9 +234,10 @@ def run_on_cluster(experiments: Mapping[str, Experiment], slugs: Sequence[str],
         keys = list(dict.fromkeys(w.key for w in workers))
         tasks = cluster.plan_tasks(slugs, keys, why)
         if expected is not None:
-            tasks = cluster.longest_first(tasks, expected)
+            seconds = {task: expected(task) for task in tasks}
+            tasks = cluster.longest_first(tasks, seconds.get)
             say("cluster: longest first, by each experiment's last recorded duration: " + ", ".join(
-                f"{t} ({'new' if expected(t) is None else f'{expected(t):.0f} s'})" for t in tasks))
+                f"{t} ({'new' if seconds[t] is None else f'{seconds[t]:.0f} s'})" for t in tasks))
         dispatch = Dispatch(experiments, workers, ray=ray, records_dir=records_dir, provenance=provenance,
                             profiling=profiling, device=device, worker_class=worker_class, say=say,
                             startup_seconds=startup_seconds)

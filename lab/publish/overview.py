@@ -44,13 +44,13 @@ def record_file(run: RunRecord) -> str:
     return f"{run.run_id}.json.gz" if compressed else f"{run.run_id}.json"
 
 
-def record_link(run: RunRecord) -> Md:
-    return href(f"../records/{run.experiment}/{record_file(run)}")
-
-
 def record_path(run: RunRecord) -> str:
-    """Where the repository keeps the record: records/<slug>/<file>."""
+    """Where the repository keeps the record, and the site its copy: records/<slug>/<file>."""
     return f"records/{run.experiment}/{record_file(run)}"
+
+
+def record_link(run: RunRecord) -> Md:
+    return href(f"../{record_path(run)}")
 
 
 def run_ref(run: RunRecord, gpu_label: str) -> dict:

@@ -32,13 +32,14 @@ def gen() -> torch.Generator:
 
 
 
-# Under `-n N`, the tests of this module share one worker process, so one embedded Ray serves them all.
-ONE_PROCESS = "tests/test_lab_cluster.py"
+# Under `-n N`, the tests of each of these modules share one worker process: one embedded Ray serves all of
+# test_lab_cluster's, and one browser, one server and one visit per page serve all of test_site_browser's.
+TOGETHER = ("tests/test_lab_cluster.py", "tests/test_site_browser.py")
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """xdist's default "load" scheduling, except that ONE_PROCESS's tests travel together (xdist's
+    """xdist's default "load" scheduling, except that each TOGETHER module's tests travel together (xdist's
     loadscope with every other test a scope of its own)."""
     if config.getvalue("dist") != "load":
         return None
@@ -46,6 +47,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class TogetherScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return ONE_PROCESS if nodeid.startswith(f"{ONE_PROCESS}::") else nodeid
+            module = nodeid.split("::", 1)[0]
+            return module if module in TOGETHER else nodeid
 
     return TogetherScheduling(config, log)

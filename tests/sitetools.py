@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +84,41 @@ def posts(include_drafts: bool = True) -> list[Path]:
 def post_url(path: Path) -> str:
     """Site path of a post: the blog is configured with post_url_format "{slug}" under writeups/."""
     return f"writeups/{front_matter(path).get('slug', path.stem)}/"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def shared_site(tmp_path_factory) -> tuple[Path, str]:
+    """(folder, address): the one strict build of the site that every test of a run reads, made by whichever
+    pytest-xdist worker asks first while the others wait on a file lock.
+
+    It is built for http://127.0.0.1:<port>/ (a port free when the build started), the address the browser
+    tests serve it from: Material's instant navigation follows only links its sitemap names, on that port.
+    A failed build is remembered, so every test that needs the site fails with the same log instead of
+    building again.
+    """
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder the workers' own base folders share
+    facts = root / "shared-site.json"
+    with FileLock(str(root / "shared-site.lock")):
+        if not facts.is_file():
+            site_dir, url = root / "shared-site", f"http://127.0.0.1:{_free_port()}/"
+            proc = build_site(site_dir, site_url=url)
+            log = proc.stdout + proc.stderr
+            warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
+            problem = (f"mkdocs build --strict failed:\n{log[-4000:]}" if proc.returncode else
+                       "the build warned:\n" + "\n".join(warnings) if warnings else "")
+            facts.write_text(json.dumps({"dir": str(site_dir), "url": url, "problem": problem}), encoding="utf-8")
+        built = json.loads(facts.read_text(encoding="utf-8"))
+    if built["problem"]:
+        import pytest
+
+        pytest.fail(built["problem"], pytrace=False)
+    return Path(built["dir"]), built["url"]

@@ -13,6 +13,7 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +21,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "lab"
 sys.path.insert(0, str(FIXTURES))
 
 import lab_fixture_experiments as fx  # noqa: E402
+import lab_synthetic as syn  # noqa: E402
 
 from lab.publish.collect import collect_evidence  # noqa: E402
 
@@ -430,3 +432,20 @@ def test_a_sweep_without_a_flop_model_has_no_tflops_column():
     header, _ = page_table(page, "| Case | Speedup [95% CI] | Word | Dtype | `subject` eager µs |")
     assert "its TFLOP/s" not in header
     assert "TFLOP/s" not in page
+
+
+def test_the_environment_table_says_how_long_a_refresh_of_each_gpu_takes():
+    from dataclasses import replace
+
+    from lab.publish.indexes import environment_rows
+
+    def timed(slug, started, finished):
+        return replace(syn.run([], slug=slug, started=started), finished_utc=finished)
+
+    runs = {"a": [timed("a", "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"),   # older run of a: not counted
+                  timed("a", "2026-01-02T00:00:00Z", "2026-01-02T00:10:00Z")],
+            "b": [timed("b", "2026-01-02T01:00:00Z", "2026-01-02T01:05:00Z")],
+            "c": [timed("c", "2026-01-02T02:00:00Z", "not a time")]}           # unreadable: left out
+    (row,) = environment_rows(SimpleNamespace(runs=runs))
+    assert row["refresh_sum"] == "900 s (15 min) over 2 experiments"
+    assert row["refresh_longest"] == "600 s (a)"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from sitetools import DOCS, ROOT, build_site, front_matter, load_tool, post_url, posts, require_vendored_assets
+from sitetools import DOCS, ROOT, front_matter, load_tool, post_url, posts, require_vendored_assets, shared_site
 
 hooks = load_tool("mkdocs_hooks")
 vendor = load_tool("vendor_assets")
@@ -27,14 +27,14 @@ vendor = load_tool("vendor_assets")
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    site_dir = tmp_path_factory.mktemp("site")
-    proc = build_site(site_dir)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{log[-4000:]}"
-    warnings = [line for line in log.splitlines() if line.startswith(("WARNING", "ERROR"))]
-    assert not warnings, "the build warned:\n" + "\n".join(warnings)
-    return site_dir
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """(folder, address) of the run's one strict build (sitetools.shared_site): no warnings, no errors."""
+    return shared_site(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def site(built) -> Path:
+    return built[0]
 
 
 def test_navigation_sections_exist(site):
@@ -68,23 +68,33 @@ def test_every_published_post_is_built_and_drafts_are_not(site):
         assert front_matter(draft)["slug"] not in index
 
 
-def test_drafts_are_shown_by_mkdocs_serve(tmp_path, monkeypatch):
-    # `mkdocs serve` starts its plugins with command="serve"; the blog then renders drafts.
-    from mkdocs.commands.build import build
+def _blog_posts_as(command: str, tmp_path: Path) -> set[str]:
+    """The posts Material's blog plugin keeps for `command` ("serve" or "build"): MkDocs run as that command
+    up to the file stage, where the plugin drops the posts it will not render (no page is rendered)."""
     from mkdocs.config import load_config
+    from mkdocs.structure.files import get_files
 
     require_vendored_assets()
-    monkeypatch.setenv("NO_MKDOCS_2_WARNING", "1")
-    config = load_config(str(ROOT / "mkdocs.yml"), site_dir=str(tmp_path / "site"))
-    config.plugins.on_startup(command="serve", dirty=False)
-    hooks_module = config.plugins["tools/mkdocs_hooks.py"]
-    hooks_module._serving = False  # the live re-render is tested on its own below; keep this build pure
+    config = load_config(str(ROOT / "mkdocs.yml"), site_dir=str(tmp_path / command))
+    config.plugins.on_startup(command=command, dirty=False)
+    config.plugins["tools/mkdocs_hooks.py"]._serving = False  # no background re-render from this test
     try:
-        build(config)
+        config = config.plugins.on_config(config)
+        config.plugins.on_files(get_files(config), config=config)
+        return {post.file.src_uri for post in config.plugins["material/blog"].blog.posts}
     finally:
         config.plugins.on_shutdown()
-    for draft in [p for p in posts() if front_matter(p).get("draft")]:
-        assert (tmp_path / "site" / post_url(draft) / "index.html").is_file(), draft
+
+
+def test_drafts_are_shown_by_mkdocs_serve_and_only_there(tmp_path, monkeypatch):
+    # `mkdocs serve` starts its plugins with command="serve"; the blog then keeps drafts (the built site's
+    # own check that drafts are not published is test_every_published_post_is_built_and_drafts_are_not).
+    monkeypatch.setenv("NO_MKDOCS_2_WARNING", "1")
+    drafts = {p.relative_to(DOCS).as_posix() for p in posts() if front_matter(p).get("draft")}
+    assert drafts
+    served, built = _blog_posts_as("serve", tmp_path), _blog_posts_as("build", tmp_path)
+    assert drafts <= served and not drafts & built
+    assert served - drafts == built
 
 
 def test_posts_have_dates_tags_categories_and_an_excerpt():
@@ -157,14 +167,23 @@ def test_generated_pages_are_titled_by_their_heading(site):
         assert re.search(rf'href="{re.escape(page.stem)}/"[^>]*>\s*<span class="md-ellipsis">\s*{re.escape(title)}', html), page
 
 
-def test_a_build_without_an_address_points_nowhere_else(site):
-    # Without KERNEL_LAB_SITE_URL the site names no address: no canonical link, an empty sitemap, and no
-    # page that sends a reader to a host that served some earlier build.
+def test_a_build_without_an_address_points_nowhere_else(built, monkeypatch):
+    # Without KERNEL_LAB_SITE_URL the configuration names no address, so MkDocs writes no canonical link and
+    # an empty sitemap. The address a build is given appears only in those two places: no page carries it
+    # elsewhere, so no page sends a reader to a host that served some earlier build.
+    from mkdocs.config import load_config
+
+    monkeypatch.delenv("KERNEL_LAB_SITE_URL", raising=False)
+    assert load_config(str(ROOT / "mkdocs.yml")).site_url is None
+    site, url = built
+    canonical = re.compile(r'<link rel="canonical" href="' + re.escape(url) + r'[^"]*">')
     for page in site.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
-        assert 'rel="canonical"' not in html, page
-        assert "127.0.0.1" not in html and "localhost:" not in html, page
-    assert "<loc>" not in (site / "sitemap.xml").read_text(encoding="utf-8")
+        assert page.name == "404.html" or canonical.search(html), f"{page}: no canonical link to {url}"
+        rest = canonical.sub("", html)
+        assert url.rstrip("/") not in rest and "localhost:" not in rest, page
+    locs = re.findall(r"<loc>([^<]*)</loc>", (site / "sitemap.xml").read_text(encoding="utf-8"))
+    assert locs and all(loc.startswith(url) for loc in locs), locs[:5]
 
 
 HOST_PATHS = re.compile(r"--records-dir|--docs-dir|/root/|/opt/|/home/|/tmp/|/usr/local/")
@@ -634,3 +653,12 @@ def test_write_ups_include_existing_generated_snippets():
     for page, inc in includes:
         assert inc.startswith("docs/generated/"), (page, inc)
         assert (ROOT / inc).is_file(), f"{page.name} includes {inc}: run python tools/build_results.py --render-only"
+
+
+def test_per_point_pages_are_left_out_of_the_search_index(site):
+    # Their tables are numbers a reader reaches from the experiment's page; indexed, they were half of the
+    # index every page loads. The experiment pages themselves stay searchable.
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    locations = [doc["location"] for doc in index["docs"]]
+    assert (site / "points").is_dir() and not [loc for loc in locations if loc.startswith("points/")]
+    assert any(loc.startswith("experiments/softmax-fwd-sweep/") for loc in locations)

@@ -99,6 +99,11 @@ def _load_vendor_assets():
 # --------------------------------------------------------------------------------------------------------
 
 
+# Pages left out of the search index: the per-point tables, numbers a reader reaches from their experiment's
+# page. They were half of the index every page of the site loads and indexes in the browser.
+UNSEARCHED = ("points/",)
+
+
 def on_startup(command: str, dirty: bool) -> None:
     global _serving
     _serving = command == "serve"
@@ -145,6 +150,8 @@ def on_page_markdown(markdown: str, page: Page, config, files: Files) -> str:
         title = heading_after_comments(markdown)
         if title:
             page.meta["title"] = title
+    if page.file.src_uri.startswith(UNSEARCHED):
+        page.meta.setdefault("search", {"exclude": True})
     markdown = expand_figures(markdown, f"{Path(config.docs_dir).name}/{page.file.src_uri}", project_root(config),
                               page.file.abs_src_path)
     return link_record_paths(markdown, records_url(config), project_root(config))

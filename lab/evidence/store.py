@@ -22,6 +22,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.evidence import record_cache
 from lab.evidence.checks import IDENTIFIER, RUN_ID
 from lab.evidence.records import RecordError, RunRecord
 
@@ -214,9 +215,20 @@ def read_json(path: Path) -> object:
 
 
 def load_record(path: Path) -> RunRecord:
-    """Read and validate one record; raises RecordError naming the problem."""
+    """Read and validate one record; raises RecordError naming the problem. A file whose exact bytes this code
+    validated before is taken from lab.evidence.record_cache."""
     path = Path(path)
-    record = RunRecord.from_dict(read_json(path), path)
+    try:
+        # the limit is part of the cache's key: a record read under another limit is read again
+        stored = path.read_bytes() + b"\0" + str(MAX_RECORD_BYTES).encode() \
+            if path.stat().st_size <= MAX_RECORD_BYTES else None
+    except OSError:
+        stored = None  # read_json names what is wrong with the file
+    record = record_cache.get(stored, path) if stored is not None else None
+    if record is None:
+        record = RunRecord.from_dict(read_json(path), path)
+        if stored is not None:
+            record_cache.put(stored, record)
     if record.run_id != run_id_of(path):
         raise RecordError(f"run_id {record.run_id!r} does not match the file name {path.name!r}")
     if record.experiment != path.parent.name:

@@ -8,6 +8,7 @@ root (/experiments/<slug>.md), which MkDocs resolves for the including page when
 
 from __future__ import annotations
 
+from datetime import datetime
 from statistics import median
 from typing import Iterable
 
@@ -199,5 +200,28 @@ def environment_rows(evidence: Evidence) -> list[dict]:
             "ceiling_range": f"{fmt.gbps(min(ceilings))}–{fmt.gbps(max(ceilings))}",
             "runs": len(runs),
             "last": latest.started_utc,
+            **_refresh_times(runs),
         })
     return rows
+
+
+def _seconds(run: RunRecord) -> float | None:
+    try:
+        started, finished = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (run.started_utc, run.finished_utc))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (finished - started).total_seconds())
+
+
+def _refresh_times(runs: list[RunRecord]) -> dict[str, str]:
+    """How long the newest run of each experiment on one GPU took (`runs` oldest first): all of them one
+    after another, and the longest, which bounds a refresh spread over several GPUs from below."""
+    newest = {run.experiment: run for run in runs}
+    timed = {slug: t for slug, run in newest.items() if (t := _seconds(run)) is not None}
+    if not timed:
+        return {"refresh_sum": fmt.DASH, "refresh_longest": fmt.DASH}
+    total = sum(timed.values())
+    slug = max(timed, key=timed.get)
+    minutes = f" ({total / 60:,.0f} min)" if total >= 120 else ""
+    return {"refresh_sum": f"{total:,.0f} s{minutes} over {len(timed)} experiment{'s' if len(timed) > 1 else ''}",
+            "refresh_longest": f"{timed[slug]:,.0f} s ({slug})"}

@@ -82,14 +82,14 @@ NAME = "NVIDIA H100 <b>80GB</b> `HBM3` [x](javascript:alert(1)) {#nvidia-h100-80
 
 
 def _hostile_newest(records: Path) -> None:
-    """Copy the real records (the posts' checked figures read them), then add on top of decoder-block's a newest valid
-    record with markup in its GPU name (same GPU key), and a still newer one whose run id is not its file's
+    """Copy the real records (the posts' checked figures read them), then add on top of decoder-block's a copy of
+    its newest record on GPU_KEY with markup in its GPU name (same key, so the posts' figures still hold), and a still newer one whose run id is not its file's
     name (refused, so the render goes on without it)."""
     from lab.evidence.store import compress, read_json
 
     shutil.copytree(REPO_ROOT / "records", records)
     base = next(data for path in sorted((records / SLUG).glob("*.json.gz"), reverse=True)
-                if (data := read_json(path))["environment"]["gpu_key"] == GPU_KEY and data.get("profiling"))
+                if (data := read_json(path))["environment"]["gpu_key"] == GPU_KEY)
     hostile = copy.deepcopy(base)
     hostile["run_id"] = f"20991231T000000Z-{GPU_KEY}-aaaaaa"
     hostile["started_utc"] = hostile["finished_utc"] = "2099-12-31T00:00:00Z"

@@ -662,3 +662,20 @@ def test_per_point_pages_are_left_out_of_the_search_index(site):
     locations = [doc["location"] for doc in index["docs"]]
     assert (site / "points").is_dir() and not [loc for loc in locations if loc.startswith("points/")]
     assert any(loc.startswith("experiments/softmax-fwd-sweep/") for loc in locations)
+
+
+def test_the_other_clock_folds_away_below_the_claims_clock():
+    # An evidence page shows the plots and tables of its claim's clock; the other clock's fold into one block.
+    checked = 0
+    for page in sorted((DOCS / "experiments").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        marks = [text.find("{ #clock-gpu-time }"), text.find("{ #clock-eager-call }")]
+        if min(marks) < 0:
+            continue
+        first, second = text[min(marks):max(marks)], text[max(marks):text.index("## Decision rule")]
+        assert "![Speedup" in first and "plots and points, GPUs side by side" not in first, page
+        folded = second.split('??? info "', 1)
+        assert len(folded) == 2 and "plots and points, GPUs side by side" in folded[1].split("\n", 1)[0], page
+        assert "![Speedup" not in folded[0], f"{page}: a plot of the other clock outside its fold"
+        checked += 1
+    assert checked >= 10

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +221,16 @@ POINT_FIELDS = fields({
     "results": mapping(identifier, ProfileResult.from_dict, max_length=1000),
     "eager_copies": Absent(optional(integer(1, 1 << 32))),
 })
+
+
+def run_seconds(started_utc: str, finished_utc: str) -> float | None:
+    """How long a run took, from its record's start and finish times (UTC, "...Z"); None if either is not
+    such a time."""
+    try:
+        started, finished = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (started_utc, finished_utc))
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return max(0.0, (finished - started).total_seconds())
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,13 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from experiments.spec import Experiment
 from lab import REPO_ROOT
+from lab.evidence.records import run_seconds
 from lab.measure.environment import capture_environment
 from lab.measure.runner import run_experiment
 from lab.measure.timing import describe_exception
@@ -327,12 +327,9 @@ def last_duration(runs: Sequence, gpu_key: str, points: int | None = None) -> fl
     over points then, for a declaration that grew since. A cluster hands out the longest experiments first
     by it."""
     for run in [r for r in runs if r.gpu_key == gpu_key] or list(runs):
-        try:
-            started, finished = (datetime.fromisoformat(t.replace("Z", "+00:00"))
-                                 for t in (run.started_utc, run.finished_utc))
-        except ValueError:
+        seconds = run_seconds(run.started_utc, run.finished_utc)
+        if seconds is None:
             continue
-        seconds = max(0.0, (finished - started).total_seconds())
         return seconds * points / len(run.points) if points and run.points else seconds
     return None
 

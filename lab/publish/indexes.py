@@ -8,12 +8,11 @@ root (/experiments/<slug>.md), which MkDocs resolves for the including page when
 
 from __future__ import annotations
 
-from datetime import datetime
 from statistics import median
 from typing import Iterable
 
 from experiments.spec import Decision
-from lab.evidence.records import RunRecord
+from lab.evidence.records import RunRecord, run_seconds
 from lab.evidence.verdict import (
     AGAINST,
     CLOCK_NAMES,
@@ -205,19 +204,11 @@ def environment_rows(evidence: Evidence) -> list[dict]:
     return rows
 
 
-def _seconds(run: RunRecord) -> float | None:
-    try:
-        started, finished = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in (run.started_utc, run.finished_utc))
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, (finished - started).total_seconds())
-
-
 def _refresh_times(runs: list[RunRecord]) -> dict[str, str]:
     """How long the newest run of each experiment on one GPU took (`runs` oldest first): all of them one
     after another, and the longest, which bounds a refresh spread over several GPUs from below."""
     newest = {run.experiment: run for run in runs}
-    timed = {slug: t for slug, run in newest.items() if (t := _seconds(run)) is not None}
+    timed = {slug: t for slug, run in newest.items() if (t := run_seconds(run.started_utc, run.finished_utc)) is not None}
     if not timed:
         return {"refresh_sum": fmt.DASH, "refresh_longest": fmt.DASH}
     total = sum(timed.values())

@@ -89,11 +89,6 @@ def project_root(config) -> Path:
     return Path(config.config_file_path).resolve().parent
 
 
-def _load_vendor_assets():
-    """tools/vendor_assets.py, beside this file, as a module."""
-    return _load_tool("vendor_assets")
-
-
 # --------------------------------------------------------------------------------------------------------
 # Events
 # --------------------------------------------------------------------------------------------------------
@@ -115,7 +110,7 @@ def on_config(config):
     records = root / RECORDS_DIR
     if records.is_dir() and str(records) not in config.watch:
         config.watch.append(str(records))  # `mkdocs serve` reloads when a run is recorded
-    vendor = _load_vendor_assets()
+    vendor = _load_tool("vendor_assets")
     missing = vendor.missing(Path(config.docs_dir) / "assets" / "vendor")
     if missing:
         raise PluginError(

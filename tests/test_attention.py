@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from accuracy import reference_error, rel_err
+from cases import grid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -123,18 +124,14 @@ def _check_backward(grads, q, k, v, do, causal, scale=None, key_mask=None):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype, causal, shape", grid(DTYPES, [False, True], SHAPES), ids=str)
 def test_forward_matches_float64(dtype, causal, shape, device, gen):
     q, k, v = _inputs(shape, dtype, device, gen)
     o, lse = attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), SMALL)
     _check_forward(o, lse, q, k, v, causal)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype, causal, shape", grid(DTYPES, [False, True], SHAPES), ids=str)
 def test_backward_matches_float64(dtype, causal, shape, device, gen):
     q, k, v = _inputs(shape, dtype, device, gen)
     scale = 1 / math.sqrt(shape[-1])

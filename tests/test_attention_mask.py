@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from accuracy import rel_err
+from cases import grid
 from test_attention import BOUNDS, SMALL, SMALL_BWD, _check_backward, _check_forward, _draw, _inputs
 
 from kernels import reference_attention as reference
@@ -44,9 +45,8 @@ def _mask(kind, shape, gen, device):
     return _holes(batch, seq_k, gen, device) if kind == "holes" else _padding([29, 7], seq_k, device)
 
 
-@pytest.mark.parametrize("shape,kind", MASKED, ids=lambda x: str(x))
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", list(BOUNDS), ids=str)
+@pytest.mark.parametrize("dtype, causal, shape, kind", [(d, c, *m) for d, c, m in grid(list(BOUNDS), [False, True], MASKED)],
+                         ids=str)
 def test_masked_forward_and_backward_match_float64(dtype, causal, shape, kind, device, gen):
     q, k, v = _inputs(shape, dtype, device, gen)
     key_mask = _mask(kind, shape, gen, device)

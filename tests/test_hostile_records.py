@@ -1,15 +1,18 @@
 """Run records as an attacker would write them: valid JSON that crashes, traverses, wipes or races.
 
-Every case works on a copy of a real record (the newest profiled H200 softmax-row-fusion run) in a folder of its own, goes
-through the command line (tools/build_results.py --render-only) and asserts the named error, the exit code
-(never 1), and that nothing outside the generated folders changed. The pages' escaping is tested in
+Every case works on a copy of a real record (the newest profiled H200 softmax-row-fusion run), goes through the
+command line (tools/build_results.py --render-only) and asserts the named error, the exit code (never 1), and
+that nothing outside the generated folders changed. The field-by-field cases (CASES) share one folder and one
+render: each record is validated on its own, so each is skipped with its own message as it would be alone. The pages' escaping is tested in
 tests/test_hostile_pages.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import io
 import json
 import os
 import random
@@ -64,18 +67,23 @@ def put(root: Path, data, *, name: str | None = None, slug: str = SLUG, gz: bool
     return path
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A records folder holding the base record, and a docs folder with hand-written files among the
-    generated folders' neighbours (and one inside a generated folder)."""
-    put(tmp_path, base(), gz=True)
-    docs = tmp_path / "docs"
+def _lab_folder(root: Path) -> Path:
+    """The `lab` fixture's folder, made under root."""
+    put(root, base(), gz=True)
+    docs = root / "docs"
     (docs / "assets" / "images").mkdir(parents=True)
     shutil.copy(REPO_ROOT / "docs" / "assets" / "images" / "logo.svg", docs / "assets" / "images" / "logo.svg")
     (docs / "index.md").write_text("# Hand-written home\n", encoding="utf-8")
     (docs / "experiments").mkdir()
     (docs / "experiments" / "notes.md").write_text("# Notes by hand\n", encoding="utf-8")
-    return tmp_path
+    return root
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A records folder holding the base record, and a docs folder with hand-written files among the
+    generated folders' neighbours (and one inside a generated folder)."""
+    return _lab_folder(tmp_path)
 
 
 def cli(root: Path, *extra: str) -> int:
@@ -160,21 +168,39 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def every_bad_record(tmp_path_factory):
+    """Every case at once, each as a record of its own newer than the base: one render, then one under
+    --strict. Each record is validated on its own, so each is skipped with its own message, as it would be
+    alone; the per-case test reads its line from the shared output. Returns (folder, {case: file}, stderr of
+    the render, exit code under --strict, whether --strict changed any generated file)."""
+    root = _lab_folder(tmp_path_factory.mktemp("every-bad-record"))
+    files = {}
+    for i, case in enumerate(sorted(CASES)):
+        data = base(f"20990101T000000Z-nvidia-h200-bad{i:03d}")
+        CASES[case][0](data)
+        files[case] = put(root, data)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli(root)
+    assert code == 0, err.getvalue()
+    before = tree(root, generated=True)
+    with contextlib.redirect_stderr(io.StringIO()):
+        strict = cli(root, "--strict")
+    return root, files, err.getvalue(), strict, tree(root, generated=True) != before
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_bad_record_is_skipped_by_name_and_the_rest_renders(lab, capsys, case):
-    mutate, message = CASES[case]
-    data = base("20990101T000000Z-nvidia-h200-bad001")
-    mutate(data)
-    bad = put(lab, data)
-    assert cli(lab) == 0
-    err = capsys.readouterr().err
-    line = next((x for x in err.splitlines() if x.startswith(f"build_results: skipped {bad}: ")), "")
+def test_a_bad_record_is_skipped_by_name_and_the_rest_renders(every_bad_record, case):
+    root, files, err, strict, changed = every_bad_record
+    message = CASES[case][1]
+    line = next((x for x in err.splitlines() if x.startswith(f"build_results: skipped {files[case]}: ")), "")
     assert line and __import__("re").search(message, line), err
-    page = (lab / "docs" / "experiments" / f"{SLUG}.md").read_text(encoding="utf-8")
-    assert BASE["run_id"] in page and "bad001" not in page, "the valid record renders, the bad one does not"
-    before = tree(lab, generated=True)
-    assert cli(lab, "--strict") == 3
-    assert tree(lab, generated=True) == before, "an unchanged render under --strict changes nothing"
+    page = (root / "docs" / "experiments" / f"{SLUG}.md").read_text(encoding="utf-8")
+    assert BASE["run_id"] in page and files[case].stem.split("-")[-1] not in page, \
+        "the valid record renders, the bad one does not"
+    assert strict == 3
+    assert not changed, "an unchanged render under --strict changes nothing"
 
 
 def test_the_bad_records_leave_the_tree_outside_the_generated_folders_untouched(lab):

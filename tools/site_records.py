@@ -66,8 +66,35 @@ def published_record(data: bytes) -> bytes:
     return (json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+def published_bytes(stored: bytes, compressed: bool) -> bytes:
+    """The bytes the site serves for a record stored as `stored` (gzip-compressed or not)."""
+    data = gzip.decompress(stored) if compressed else stored
+    published = published_record(data)
+    if published is data:  # nothing to alias: the stored bytes as they are
+        return stored
+    # mtime 0: the same record gives the same bytes on every build
+    return gzip.compress(published, compresslevel=9, mtime=0) if compressed else published
+
+
+# Aliasing a host re-writes and re-compresses the whole record (a quarter of a site build for 59 records), and
+# gives the same bytes for the same stored bytes, code and setting: the result is kept in this folder of the
+# repository root (git-ignored), named by the SHA-256 of all three. KERNEL_LAB_SITE_RECORD_CACHE=off turns it off.
+CACHE_DIR = ".cache/site-records"
+
+
+def _cache_entry(root: Path | None, stored: bytes, compressed: bool) -> Path | None:
+    if root is None or os.environ.get("KERNEL_LAB_SITE_RECORD_CACHE", "").strip().lower() in ("off", "0", "no", "false"):
+        return None
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    digest.update(f"\0{os.environ.get(SHOW_HOSTS) == '1'}\0{compressed}\0".encode())
+    digest.update(stored)
+    return root / CACHE_DIR / digest.hexdigest()
+
+
 class PublishedRecord(File):
     """A run record copied into the site as it is stored (a .json.gz stays compressed), its host aliased."""
+
+    root: Path | None = None  # the repository root, whose .cache/ keeps published bytes (None: no cache)
 
     def copy_file(self, dirty: bool = False) -> None:
         if dirty and not self.is_modified():
@@ -76,14 +103,30 @@ class PublishedRecord(File):
         compressed = self.abs_src_path.endswith(".gz")
         with open(self.abs_src_path, "rb") as source:
             stored = source.read()
-        data = gzip.decompress(stored) if compressed else stored
-        published = published_record(data)
-        if published is data:  # nothing to alias: the stored bytes as they are
-            out_bytes = stored
-        else:  # mtime 0: the same record gives the same bytes on every build
-            out_bytes = gzip.compress(published, compresslevel=9, mtime=0) if compressed else published
+        entry = _cache_entry(self.root, stored, compressed)
+        out_bytes = None
+        if entry is not None:
+            try:
+                out_bytes = entry.read_bytes()
+            except OSError:
+                pass
+        if out_bytes is None:
+            out_bytes = published_bytes(stored, compressed)
+            if entry is not None:
+                _keep(entry, out_bytes)
         with open(self.abs_dest_path, "wb") as out:
             out.write(out_bytes)
+
+
+def _keep(entry: Path, data: bytes) -> None:
+    """Write a cache entry whole or not at all; a cache that cannot be written costs time, never the build."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f".tmp-{os.getpid()}-{entry.name}")
+        tmp.write_bytes(data)
+        os.replace(tmp, entry)
+    except OSError:
+        pass
 
 
 def linked_records(docs_dir: Path) -> set[str]:
@@ -145,7 +188,9 @@ def record_files(root: Path, config) -> list[File]:
         if not RECORD_NAME.fullmatch("/".join(parts)):
             log.warning(f"{path} is not a run record (records/<slug>/<run-id>.json.gz): not published")
             continue
-        files.append(PublishedRecord.generated(config, path.relative_to(root).as_posix(), abs_src_path=str(path)))
+        record = PublishedRecord.generated(config, path.relative_to(root).as_posix(), abs_src_path=str(path))
+        record.root = root
+        files.append(record)
     seen: dict[str, str] = {}
     for f in files:
         run = f.src_uri.removesuffix(".gz")

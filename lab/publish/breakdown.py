@@ -29,7 +29,7 @@ from lab.evidence.records import Point, RunRecord  # noqa: E402
 from lab.evidence.verdict import EAGER_CALL, SLOWER, PointJudgement, judge_point  # noqa: E402
 from lab.publish import formatting as fmt  # noqa: E402
 from lab.publish.plot_style import (  # noqa: E402
-    MAX_HEIGHT_IN, NUMBER_FORMAT, STYLE, figure, header, header_height, plain, svg,
+    MAX_HEIGHT_IN, STYLE, figure, header, header_height, number_format, plain, svg,
 )
 
 # Twenty paired hues and twenty more: a layer's ops, fused ones and torch.compile's kernel classes together,
@@ -373,7 +373,7 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
                         _gpu_time_bar(ax, row, 0.6, result, colours)
                 ax.set_title(plain(point.case), fontsize=STYLE["font.size"])
                 ax.xaxis.set_major_locator(MaxNLocator(4))
-                ax.xaxis.set_major_formatter(NUMBER_FORMAT)
+                ax.xaxis.set_major_formatter(number_format())
                 ax.grid(axis="y", visible=False)
                 ax.tick_params(axis="y", length=0)
             for ax in list(axes.flat)[len(points):]:

@@ -151,6 +151,7 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                     point = points[(j.case, j.dtype)]
                     base = point.results.get(j.baseline) if j.baseline else None
                     rows.append({
+                        "claim_clock": clock == claim_clock,
                         "gpu": evidence.gpu_labels[key],
                         "where": (f"{which}: " if which else "") + j.case + (f" · {dtype}" if several else ""),
                         "clock": CLOCK_NAMES[clock],
@@ -161,7 +162,12 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                         "speedup": _speedup(j, "<br>"),
                         "word": badges.word(j.word, j.reason),
                     })
-    return {"gpus": gpus, "rows": rows, "clocks": [CLOCK_NAMES[c] for c in clocks], "points_limit": CARD_POINTS}
+    # The table shows the claim's clock; the other clock's lowest and highest fold away under it.
+    others = [c for c in clocks if c != claim_clock]
+    return {"gpus": gpus, "rows": [r for r in rows if r["claim_clock"]],
+            "other_rows": [r for r in rows if not r["claim_clock"]],
+            "clock": CLOCK_NAMES[claim_clock], "other_clock": CLOCK_NAMES[others[0]] if others else None,
+            "clocks": [CLOCK_NAMES[c] for c in clocks], "points_limit": CARD_POINTS}
 
 
 def _share_of_roof(experiment: Experiment, point: Point, name: str, run: RunRecord, clock: str) -> ceilings.Share:

@@ -20,11 +20,11 @@ from matplotlib.ticker import LogLocator, NullFormatter
 from lab.evidence.verdict import AGAINST, tie_band
 from lab.publish.plot_style import (
     MARGIN_COLOUR,
-    NUMBER_FORMAT,
     ROW_IN,
     figure,
     header,
     header_height,
+    number_format,
     plain,
     status_note,
     red_note,
@@ -167,7 +167,7 @@ def speedup_rows(dtype: str, series, margin: float, threshold: float, title_text
     if max(ratios) / min(r for r in ratios if r > 0) >= 4:
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(NUMBER_FORMAT)  # plain numbers, never 3×10⁰
+        ax.xaxis.set_major_formatter(number_format())  # plain numbers, never 3×10⁰
         ax.xaxis.set_minor_formatter(NullFormatter())  # unlabelled minor ticks cannot collide
     ax.set_xlabel("speedup over the best baseline (95% interval)")
     header(fig, title_text, handles, legend_labels)

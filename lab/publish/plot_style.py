@@ -73,8 +73,23 @@ def size_tick(v: float) -> str:
     return f"{v:,}"
 
 
-NUMBER_FORMAT = FuncFormatter(lambda v, _: number(v))
-SIZE_FORMAT = FuncFormatter(lambda v, _: size_tick(v))
+def _number_tick(v, _position) -> str:
+    return number(v)
+
+
+def _size_tick(v, _position) -> str:
+    return size_tick(v)
+
+
+# A formatter of its own for every axis (a formatter keeps its axis and the last ticks it labelled), made
+# from named functions, not lambdas: a figure that uses them pickles, which is how svg() knows it drew the
+# same figure before.
+def number_format() -> FuncFormatter:
+    return FuncFormatter(_number_tick)
+
+
+def size_format() -> FuncFormatter:
+    return FuncFormatter(_size_tick)
 
 
 def wide(values: Iterable[float]) -> bool:
@@ -93,13 +108,13 @@ def size_axis(ax, which: str, values: Sequence[float]) -> None:
         step = 1 if octaves <= 10 else 2 if octaves <= 20 else 4
         axis.set_major_locator(LogLocator(base=2 ** step))
         axis.set_minor_locator(NullLocator())
-        axis.set_major_formatter(SIZE_FORMAT)
+        axis.set_major_formatter(size_format())
         # From a third of an octave below the labelled tick at or below the smallest size to a third above the
         # largest: no tick sits on the other axis's corner, where its label would run into that axis's first.
         first = 2.0 ** (step * math.floor(math.log2(lo) / step))
         getattr(ax, f"set_{which}lim")(first / 2 ** (1 / 3), hi * 2 ** (1 / 3))
     else:
-        axis.set_major_formatter(NUMBER_FORMAT)
+        axis.set_major_formatter(number_format())
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -113,7 +128,7 @@ def value_axis(ax, which: str, values: Sequence[float]) -> bool:
         positive = [v for v in values if v > 0]
         if max(positive) / min(positive) < 100:
             axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(NUMBER_FORMAT)
+    axis.set_major_formatter(number_format())
     axis.set_minor_formatter(NullFormatter())
     return logged
 
@@ -181,10 +196,17 @@ def red_note(ax, text: str | None) -> None:
         ax.set_title(plain(text), loc="left", color=NOTE_COLOUR, fontsize=STYLE["font.size"])
 
 
-def svg(fig) -> str:
+def _draw(fig) -> str:
     out = io.StringIO()
     fig.savefig(out, format="svg", metadata={"Date": None})
     return out.getvalue()
+
+
+def svg(fig) -> str:
+    """The figure as SVG text: drawn, or kept from drawing the same figure before (lab.publish.svg_cache)."""
+    from lab.publish import svg_cache
+
+    return svg_cache.drawn(fig, _draw)
 
 
 def status_note(statuses: Sequence[str], total: int, where: str | None = None) -> str | None:

@@ -30,7 +30,7 @@ from experiments.spec import Experiment  # noqa: E402
 from lab.evidence.records import RunRecord  # noqa: E402
 from lab.publish.collect import profile_names  # noqa: E402
 from lab.publish.plot_style import (  # noqa: E402
-    NUMBER_FORMAT, PALETTE, STYLE, SUBJECT_COLOUR, figure, header, plain, svg,
+    PALETTE, STYLE, SUBJECT_COLOUR, figure, header, number_format, plain, svg,
 )
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -123,7 +123,7 @@ def render_roofline_plot(experiment: Experiment, run: RunRecord, gpu_label: str)
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):  # 0.05, 10, 1,000 in full; minor ticks unlabelled
-            axis.set_major_formatter(NUMBER_FORMAT)
+            axis.set_major_formatter(number_format())
             axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("FLOP per DRAM byte")
         ax.set_ylabel("achieved TFLOP/s")

@@ -18,3 +18,14 @@ console entry for a quick one-case table.
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def cache_folder(variable: str, name: str):
+    """Where a cache between processes lives: .cache/<name>/ at the repository root (git-ignored, never
+    published), the folder the environment variable names instead, or None when it says off, 0, no or false."""
+    import os
+
+    setting = os.environ.get(variable, "").strip()
+    if setting.lower() in ("off", "0", "no", "false"):
+        return None
+    return Path(setting) if setting else REPO_ROOT / ".cache" / name

@@ -20,11 +20,10 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-from lab import REPO_ROOT
+from lab import REPO_ROOT, cache_folder
 from lab.evidence.records import RunRecord
 
 VALIDATORS = ("lab/evidence/records.py", "lab/evidence/checks.py", "lab/evidence/store.py", "lab/evidence/record_cache.py")
-OFF = ("off", "0", "no", "false")
 
 
 @cache
@@ -37,10 +36,7 @@ def _code_digest() -> bytes:
 
 def folder() -> Path | None:
     """Where the cache lives, or None when KERNEL_LAB_RECORD_CACHE turns it off."""
-    setting = os.environ.get("KERNEL_LAB_RECORD_CACHE", "").strip()
-    if setting.lower() in OFF:
-        return None
-    return Path(setting) if setting else REPO_ROOT / ".cache" / "records"
+    return cache_folder("KERNEL_LAB_RECORD_CACHE", "records")
 
 
 def _entry(stored: bytes) -> Path | None:

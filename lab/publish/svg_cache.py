@@ -35,9 +35,8 @@ import numpy
 from matplotlib.figure import Figure
 from matplotlib.transforms import TransformNode
 
-from lab import REPO_ROOT
+from lab import cache_folder
 
-OFF = ("off", "0", "no", "false")
 PUBLISH = Path(__file__).resolve().parent
 
 
@@ -51,10 +50,7 @@ def _code_digest() -> bytes:
 
 def folder() -> Path | None:
     """Where the cache lives, or None when KERNEL_LAB_PLOT_CACHE turns it off."""
-    setting = os.environ.get("KERNEL_LAB_PLOT_CACHE", "").strip()
-    if setting.lower() in OFF:
-        return None
-    return Path(setting) if setting else REPO_ROOT / ".cache" / "plots"
+    return cache_folder("KERNEL_LAB_PLOT_CACHE", "plots")
 
 
 class _KeyPickler(pickle.Pickler):

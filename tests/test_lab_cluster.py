@@ -251,7 +251,7 @@ def test_a_worker_that_dies_costs_only_its_own_experiment_and_models_stay_apart(
         records_dir=tmp_path, provenance=PROVENANCE, progress=False, say=messages.append,
         worker_class=fx.TwoModelWorker)
     failed = {(t.slug, t.gpu_key): why for t, why in outcome.failed}
-    assert set(failed) == {(fx.KILLER.slug, "fake-gpu-a"), (fx.KILLER.slug, "fake-gpu-b")}
+    assert set(failed) == {(fx.KILLER.slug, "fake-gpu-a"), (fx.KILLER.slug, "fake-gpu-b")}, (failed, messages)
     assert all("died" in why for why in failed.values()), failed
     assert sorted((t.slug, t.gpu_key) for t, _ in outcome.written) == [("cluster-a", "fake-gpu-a"),
                                                                        ("cluster-a", "fake-gpu-b")]

@@ -15,6 +15,7 @@ records (records/<slug>/<run-id>.json.gz) and generated Markdown pages (docs/) c
 console entry for a quick one-case table.
 """
 
+import os
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -23,8 +24,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 def cache_folder(variable: str, name: str):
     """Where a cache between processes lives: .cache/<name>/ at the repository root (git-ignored, never
     published), the folder the environment variable names instead, or None when it says off, 0, no or false."""
-    import os
-
     setting = os.environ.get(variable, "").strip()
     if setting.lower() in ("off", "0", "no", "false"):
         return None

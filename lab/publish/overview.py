@@ -124,7 +124,8 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
     subject = experiment.claim.subject
     claim_clock = experiment.claim.clock
     clocks = sorted(clocks_with_data(evidence, slug), key=lambda c: c != claim_clock)  # the claim's clock first
-    gpus, rows = [], []
+    gpus = []
+    rows = {clock: [] for clock in clocks}  # the card's table holds the claim's clock; the other folds under it
     found = performance_verdicts(evidence, slug)
     several = len({d for _, v in found for d in dtypes_in(v.run)}) > 1
     for key, verdict in found:
@@ -150,11 +151,9 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                 for which, j in _card_points([j for j in judgements if j.dtype == dtype]):
                     point = points[(j.case, j.dtype)]
                     base = point.results.get(j.baseline) if j.baseline else None
-                    rows.append({
-                        "claim_clock": clock == claim_clock,
+                    rows[clock].append({
                         "gpu": evidence.gpu_labels[key],
                         "where": (f"{which}: " if which else "") + j.case + (f" · {dtype}" if several else ""),
-                        "clock": CLOCK_NAMES[clock],
                         "subject": _time_and_rate(experiment, point, run, subject, clock),
                         "baseline": compose("{}<br>{}", code(j.baseline),
                                             _time_and_rate(experiment, point, run, j.baseline, clock))
@@ -162,12 +161,10 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                         "speedup": _speedup(j, "<br>"),
                         "word": badges.word(j.word, j.reason),
                     })
-    # The table shows the claim's clock; the other clock's lowest and highest fold away under it.
-    others = [c for c in clocks if c != claim_clock]
-    return {"gpus": gpus, "rows": [r for r in rows if r["claim_clock"]],
-            "other_rows": [r for r in rows if not r["claim_clock"]],
-            "clock": CLOCK_NAMES[claim_clock], "other_clock": CLOCK_NAMES[others[0]] if others else None,
-            "clocks": [CLOCK_NAMES[c] for c in clocks], "points_limit": CARD_POINTS}
+    other = next((c for c in clocks if c != claim_clock), None)
+    return {"gpus": gpus, "rows": rows.get(claim_clock, []), "other_rows": rows[other] if other else [],
+            "clock": CLOCK_NAMES[claim_clock], "other_clock": CLOCK_NAMES[other] if other else None,
+            "points_limit": CARD_POINTS}
 
 
 def _share_of_roof(experiment: Experiment, point: Point, name: str, run: RunRecord, clock: str) -> ceilings.Share:

@@ -23,9 +23,7 @@ from __future__ import annotations
 import copyreg
 import hashlib
 import io
-import os
 import pickle
-import tempfile
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -36,6 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import TransformNode
 
 from lab import cache_folder
+from lab.evidence.store import replace_text
 
 PUBLISH = Path(__file__).resolve().parent
 
@@ -93,14 +92,7 @@ def drawn(fig, draw: Callable[[object], str]) -> str:
     text = draw(fig)
     try:
         where.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-", suffix=".svg")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, entry)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        replace_text(entry, text)  # whole or not at all
     except OSError:
         pass  # a cache that cannot be written costs time, never the plot
     return text

@@ -7,7 +7,8 @@ kernels/dequant_linear.py) give each program BLOCK_N rows of W and a run of K, i
 
 * "fma": on the CUDA cores, in fp32. W's tile is multiplied elementwise into a [BLOCK_M, BLOCK_N, BLOCK_K]
   accumulator (BLOCK_M rows of a held in registers, so each W element loaded serves every row) and reduced
-  over K once, after the loop. For M = 1 to 4: M FMAs per W element stay well under the CUDA cores' rate.
+  over K once, after the loop. For a few rows (the plans say how many): M FMAs per W element stay under the
+  CUDA cores' rate.
 * "dot": on the tensor cores, M padded to BLOCK_M >= 16. With `swap`, W is the first operand
   (c^T [BLOCK_N, BLOCK_M] = W a^T), so a 64-row W tile fills Hopper's warpgroup MMA and a weight computed in
   registers (dequantised) may feed it without a trip through shared memory.

@@ -13,7 +13,7 @@ N / BLOCK_N programs each reload it, so the bytes that matter are W's, read once
     bytes = (N*K + M*K + K + M*N) * size        (+ split-K partials through L2, see kernels/_gemv.py)
 
 Each program owns BLOCK_N rows of W and, with split-K, a run of K (kernels/_gemv.py: the forms, the
-fix-up). In the "fma" form (M <= 4) the math is fp32 throughout. In the "dot" form the tile fed to the
+fix-up). In the "fma" form (M <= 2) the math is fp32 throughout. In the "dot" form the tile fed to the
 tensor cores is x * gamma rounded to the input dtype, as the tiled kernel does; for float16 that product can
 pass 65504 where F.rms_norm's output would not, so float16 "dot" plans take r from a row pre-pass first and
 feed x * r * gamma (one more read of x: M*K*size bytes).
@@ -22,6 +22,8 @@ The plan is a pure function of (M, N, K, dtype, SM count): the tables below, eac
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
@@ -141,35 +143,45 @@ def _rms_inv_kernel(x_ptr, r_ptr, K, stride_xm, eps, BLOCK_K: tl.constexpr):
 # --------------------------------------------------------------------------------------------------------
 
 GEMV_MAX_M = 16  # the GEMV serves M <= this; larger M runs the tiled kernels (kernels/_rmsnorm_linear_tiled.py)
-# M <= fma_max_m(N, K) runs the CUDA-core form; above it, the tensor cores with M padded to 16. At M rows the
+# M <= FMA_MAX_M runs the CUDA-core form; above it, the tensor cores with M padded to 16. At M rows the
 # CUDA-core form spends M FMAs (and a conversion) per weight: a Hopper SM streams about 8 bf16 weights a
-# cycle at the copy rate and retires 128 FMAs. Measured (checks/decode_probe.py, H100 and H200, graph clock):
-# four rows on the CUDA cores beat the tensor-core tile at 4096 x 4096 and lose to it at 14336 x 4096, so
-# the CUDA-core form keeps M <= 4 only while W has at most FMA_WIDE_MAX_ELEMENTS elements.
-FMA_MAX_M = 4
-FMA_MAX_M_WIDE = 1
-FMA_WIDE_MAX_ELEMENTS = 4096 * 4096
+# cycle at the copy rate and retires 128 FMAs. Measured (checks/decode_probe.py, H100, graph clock, K = 4096
+# and 8192, N = 4096 to 14336): two rows on the CUDA cores are within 1% of the tensor-core tile either way
+# (73.1% against 74.4% of the copy rate at 4096 x 4096, 91.9% against 90.8% at 14336 x 4096); four rows
+# lose to it everywhere (64.5% against 74.4% at 4096 x 4096, 81.3% against 90.8% at 14336 x 4096).
+FMA_MAX_M = 2
 
-# Tiles per form and M bucket (the smallest key >= M): (BLOCK_N, BLOCK_K, num_warps, load stages). An fma
-# thread loads 8 contiguous elements of W a row (one 16-byte load) and keeps BLOCK_M * BLOCK_N * BLOCK_K /
-# (32 * warps) fp32 partial sums; the dot tile is a 128-row W tile for the warpgroup MMA with 16 rows of a
-# as the small operand. The best of checks/decode_probe.py's sweep on an H100 and an H200.
-FMA_TILE = {1: (8, 1024, 4, 3), 2: (8, 512, 4, 4), 4: (8, 512, 4, 4)}
-DOT_TILE = (128, 128, 4, 3)
+# CUDA-core tiles per M bucket (the smallest key >= M): (BLOCK_N, BLOCK_K, num_warps, load stages). A thread
+# loads 8 contiguous elements of W a row (one 16-byte load) and keeps BLOCK_M * BLOCK_N * BLOCK_K /
+# (32 * warps) fp32 partial sums.
+FMA_TILE = {1: (8, 1024, 4, 3), 2: (8, 512, 4, 4)}
+# Tensor-core tiles by BLOCK_N: (BLOCK_N, BLOCK_K, num_warps, load stages). One K-step reads BLOCK_N x 256
+# elements of W (32 or 64 KB of bf16); the stages keep 128 or 192 KB of W in flight per program, one program
+# an SM. 16 rows of a are the small operand of the warpgroup MMA (W first, see DOT_SWAP).
+DOT_TILES = {64: (64, 256, 4, 4), 128: (128, 256, 4, 3)}
 DOT_SWAP = True
+# The 128-row tile when it alone gives at least DOT_WIDE_MIN_TILES_PER_SM tiles an SM, else the 64-row one.
+# Measured (H100, graph clock, M = 16, split 1): 128-row tiles 90.8% / 87.2% of the copy rate at N = 14336 /
+# 11007 (112 / 86 tiles) against 89.8% / 80.9% for 64-row ones; at N = 4096 (32 tiles of 128) 54.7% against
+# 74.4% for 64 tiles of 64.
+DOT_WIDE_MIN_TILES_PER_SM = 0.5
 
 
-def fma_max_m(n_cols: int, n_features: int) -> int:
-    """The largest M the CUDA-core form serves for an N x K weight."""
-    return FMA_MAX_M if n_cols * n_features <= FMA_WIDE_MAX_ELEMENTS else FMA_MAX_M_WIDE
-
-
-# Split-K: PROGRAMS_PER_SM programs an SM at least (so every SM streams), no split shorter than
-# MIN_STEPS_PER_SPLIT K-steps, at most MAX_SPLIT_K.
+# Split-K, CUDA-core form: PROGRAMS_PER_SM programs an SM at least (so every SM streams), no split shorter
+# than MIN_STEPS_PER_SPLIT K-steps, at most MAX_SPLIT_K.
 PROGRAMS_PER_SM = 2
 MIN_PROGRAMS = PROGRAMS_PER_SM * DEFAULT_SM_COUNT
 MIN_STEPS_PER_SPLIT = 4
 MAX_SPLIT_K = 8
+# Split-K, tensor-core form: a program keeps so much of W in flight that one an SM on half the SMs already
+# streams near the copy rate, and splitting K costs more than it buys (partials, a shorter pipeline): at
+# 4096 x 4096, 64 programs of 16 K-steps reach 74.4% and 128 of 8 steps 64.5%; at 14336 x 4096, 112 programs
+# 90.8% and 224 programs 80.3%. Only tiles that leave three quarters of the SMs idle (fewer than
+# DOT_SPLIT_BELOW_TILES_PER_SM an SM) split, to at least DOT_MIN_PROGRAMS_PER_SM programs an SM: N = 2048,
+# 32 tiles: split 4 49.8%, 2 45.4%, 1 40.3%; N = 1024, 16 tiles: split 8 31.9%, 4 30.5%, 1 21.2%.
+DOT_SPLIT_BELOW_TILES_PER_SM = 0.25
+DOT_MIN_PROGRAMS_PER_SM = 0.5
+DOT_MIN_STEPS_PER_SPLIT = 1
 
 # Loads of W marked evict-first (see GemvPlan.evict_first): within 1% either way in the probe's sweep on the
 # graph clock (H100, H200), so off: on the lab's clock, which leaves L2 full of dirty lines before each call,
@@ -183,6 +195,14 @@ def _pow2_at_least(n: int, floor: int) -> int:
     return max(floor, triton.next_power_of_2(max(1, n)))
 
 
+def dot_split_k(n_tiles: int, k_steps: int, sm_count: int) -> int:
+    """Split-K of the tensor-core form (see DOT_SPLIT_BELOW_TILES_PER_SM)."""
+    if n_tiles >= DOT_SPLIT_BELOW_TILES_PER_SM * sm_count:
+        return 1
+    return choose_split_k(n_tiles, k_steps, min_programs=math.ceil(DOT_MIN_PROGRAMS_PER_SM * sm_count),
+                          min_steps=DOT_MIN_STEPS_PER_SPLIT, max_split=MAX_SPLIT_K)
+
+
 def plan_rmsnorm_gemv(n_rows: int, n_cols: int, n_features: int, dtype: torch.dtype,
                       sm_count: int = DEFAULT_SM_COUNT) -> GemvPlan:
     """The GEMV plan for M = n_rows <= GEMV_MAX_M tokens through an N = n_cols by K = n_features weight on a
@@ -192,20 +212,21 @@ def plan_rmsnorm_gemv(n_rows: int, n_cols: int, n_features: int, dtype: torch.dt
     code as large ones."""
     if not 1 <= n_rows <= GEMV_MAX_M:
         raise ValueError(f"rmsnorm_linear: the GEMV serves 1 <= M <= {GEMV_MAX_M} rows, got {n_rows}.")
-    if n_rows <= fma_max_m(n_cols, n_features):
+    if n_rows <= FMA_MAX_M:
         block_m = _pow2_at_least(n_rows, 1)
         block_n, block_k, warps, stages = FMA_TILE[block_m]
-        form, swap, floor_n, floor_k = "fma", False, 1, 16
-    else:
-        block_m = 16
-        block_n, block_k, warps, stages = DOT_TILE
-        form, swap, floor_n, floor_k = "dot", DOT_SWAP, 16, 16
-    block_n = min(block_n, _pow2_at_least(n_cols, floor_n))
-    block_k = min(block_k, _pow2_at_least(n_features, floor_k))
-    split = choose_split_k(triton.cdiv(n_cols, block_n), triton.cdiv(n_features, block_k),
-                           min_programs=PROGRAMS_PER_SM * sm_count, min_steps=MIN_STEPS_PER_SPLIT,
-                           max_split=MAX_SPLIT_K)
-    return GemvPlan(form, block_m, block_n, block_k, split, warps, stages, swap, EVICT_FIRST)
+        block_n = min(block_n, _pow2_at_least(n_cols, 1))
+        block_k = min(block_k, _pow2_at_least(n_features, 16))
+        split = choose_split_k(triton.cdiv(n_cols, block_n), triton.cdiv(n_features, block_k),
+                               min_programs=PROGRAMS_PER_SM * sm_count, min_steps=MIN_STEPS_PER_SPLIT,
+                               max_split=MAX_SPLIT_K)
+        return GemvPlan("fma", block_m, block_n, block_k, split, warps, stages, False, EVICT_FIRST)
+    wide = triton.cdiv(n_cols, 128) >= DOT_WIDE_MIN_TILES_PER_SM * sm_count
+    block_n, block_k, warps, stages = DOT_TILES[128 if wide else 64]
+    block_n = min(block_n, _pow2_at_least(n_cols, 16))
+    block_k = min(block_k, _pow2_at_least(n_features, 16))
+    split = dot_split_k(triton.cdiv(n_cols, block_n), triton.cdiv(n_features, block_k), sm_count)
+    return GemvPlan("dot", 16, block_n, block_k, split, warps, stages, DOT_SWAP, EVICT_FIRST)
 
 
 def rms_mode(plan: GemvPlan, dtype: torch.dtype) -> str:

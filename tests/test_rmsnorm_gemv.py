@@ -127,21 +127,32 @@ def test_form_threshold():
             rg.plan_rmsnorm_gemv(bad, 4096, 4096, torch.bfloat16)
 
 
-def test_wide_weights_keep_the_cuda_cores_for_fewer_rows():
-    k = 4096
-    at = rg.FMA_WIDE_MAX_ELEMENTS // k  # N*K exactly at the threshold: still narrow
-    assert rg.fma_max_m(at, k) == rg.FMA_MAX_M and rg.fma_max_m(at + 1, k) == rg.FMA_MAX_M_WIDE
-    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M, at, k, torch.bfloat16).form == "fma"
-    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M, at + 1, k, torch.bfloat16).form == "dot"
-    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M_WIDE, at + 1, k, torch.bfloat16).form == "fma"
-    assert rg.plan_rmsnorm_gemv(rg.FMA_MAX_M_WIDE + 1, at + 1, k, torch.bfloat16).form == "dot"
+def test_the_tensor_core_tile_widens_once_its_tiles_fill_half_the_sms():
+    m, k, sms = rg.FMA_MAX_M + 1, 4096, 132
+    edge = math.ceil(rg.DOT_WIDE_MIN_TILES_PER_SM * sms) * 128  # N whose 128-row tiles just reach the bound
+    wide, narrow = (rg.plan_rmsnorm_gemv(m, n, k, torch.bfloat16, sms) for n in (edge, edge - 128))
+    assert (wide.block_n, wide.block_k, wide.num_warps, wide.load_stages) == rg.DOT_TILES[128]
+    assert (narrow.block_n, narrow.block_k, narrow.num_warps, narrow.load_stages) == rg.DOT_TILES[64]
+    assert rg.plan_rmsnorm_gemv(m, 14336, k, torch.bfloat16, sms).block_n == 128
+    assert rg.plan_rmsnorm_gemv(m, 4096, k, torch.bfloat16, sms).block_n == 64
 
 
 def test_split_k_depends_on_the_sm_count():
-    few = rg.plan_rmsnorm_gemv(16, 4096, 4096, torch.bfloat16, sm_count=8)
-    many = rg.plan_rmsnorm_gemv(16, 4096, 4096, torch.bfloat16, sm_count=132)
-    assert few.split_k == 1  # 32 tiles of 128 rows fill 2 programs an SM of 8 SMs already
-    assert many.split_k == rg.MAX_SPLIT_K  # 32 tiles would need 9 splits to reach 2 x 132 programs: capped
+    few = rg.plan_rmsnorm_gemv(16, 1024, 4096, torch.bfloat16, sm_count=8)
+    many = rg.plan_rmsnorm_gemv(16, 1024, 4096, torch.bfloat16, sm_count=132)
+    assert few.split_k == 1  # 8 tiles of 128 rows: one program on every SM of 8
+    assert many.block_n == 64 and many.split_k == 8  # 16 tiles of 64 rows, split to 128 >= 66 programs
+
+
+@pytest.mark.parametrize("tiles,want", [
+    (math.ceil(rg.DOT_SPLIT_BELOW_TILES_PER_SM * 132), 1),  # a quarter of the SMs busy: no split
+    (math.ceil(rg.DOT_SPLIT_BELOW_TILES_PER_SM * 132) - 1, 4),  # one short: 32 x 4 reaches half the SMs
+    (16, 8),
+    (1, rg.MAX_SPLIT_K),  # capped
+])
+def test_dot_split_k_only_when_the_tiles_leave_most_sms_idle(tiles, want):
+    assert rg.dot_split_k(tiles, 64, 132) == want
+    assert rg.dot_split_k(tiles, 1, 132) == 1  # one K-step cannot be split
 
 
 def test_fma_block_m_holds_every_row():
@@ -176,7 +187,10 @@ def test_plans_at_the_experiment_shapes():
     for m in (1, 2, 4, 8, 16):
         for n, k in ((4096, 4096), (12288, 4096), (14336, 4096), (4096, 8192), (11007, 4096)):
             plan = rg.plan_rmsnorm_gemv(m, n, k, torch.bfloat16)
-            assert plan.grid(n)[0] >= 132, (m, n, k, plan)  # every SM of an H100 streams
+            if plan.form == "fma":
+                assert plan.grid(n)[0] >= 132, (m, n, k, plan)  # every SM of an H100 streams
+            else:  # tiles enough for a quarter of the SMs or more: no split
+                assert plan.grid(n)[0] >= rg.DOT_SPLIT_BELOW_TILES_PER_SM * 132 and plan.split_k == 1, (m, n, k, plan)
             assert k % plan.block_k == 0  # no masked K-tiles at these shapes (N = 11007 wraps its last tile)
 
 

@@ -21,10 +21,12 @@ def cands(kind, m, n, k):
         tiles = [(64, 256, 4, 4), (128, 256, 4, 3), (64, 128, 4, 6), (32, 256, 4, 4)]
         splits = (1, 2, 4, 8)
     elif kind == "int8":
-        tiles = [(64, 256, 4, 4), (128, 256, 4, 3), (64, 512, 4, 3), (128, 512, 4, 2), (64, 128, 4, 5), (128, 128, 4, 4), (128, 256, 8, 4)]
+        tiles = [(64, 256, 4, 4), (128, 256, 4, 3), (64, 512, 4, 3), (128, 512, 4, 2), (64, 128, 4, 5),
+                 (128, 128, 4, 4), (128, 256, 8, 4)]
         splits = (1, 2, 4)
     else:
-        tiles = [(64, 512, 4, 3), (128, 512, 4, 3), (64, 256, 4, 4), (128, 256, 4, 4), (128, 256, 8, 4), (64, 128, 4, 4), (128, 128, 4, 6), (64, 1024, 4, 2), (128, 1024, 8, 2)]
+        tiles = [(64, 512, 4, 3), (128, 512, 4, 3), (64, 256, 4, 4), (128, 256, 4, 4), (128, 256, 8, 4),
+                 (64, 128, 4, 4), (128, 128, 4, 6), (64, 1024, 4, 2), (128, 1024, 8, 2)]
         splits = (1, 2, 4)
     for (bn, bk, w, st), s in itertools.product(tiles, splits):
         if triton.cdiv(k, bk) < 2 * s:
@@ -70,9 +72,11 @@ def main():
         ok = [r for r in rows if "us" in r and r["rel_err"] < 1e-2]
         t = [r for r in ok if r["variant"] == "table"]
         for r in [t[0]] if t else []:
-            print(f"{kind} M={m:2} N={n:6} table {r['us']:7.2f}us {r['pct']:5.1f}% {dp.plan_name(GemvPlan(**r['plan']))}")
+            name = dp.plan_name(GemvPlan(**r["plan"]))
+            print(f"{kind} M={m:2} N={n:6} table {r['us']:7.2f}us {r['pct']:5.1f}% {name}")
         for r in sorted(ok, key=lambda r: r["us"])[:4]:
-            print(f"{kind} M={m:2} N={n:6} {r['variant']:5} {r['us']:7.2f}us {r['pct']:5.1f}% {dp.plan_name(GemvPlan(**r['plan']))}")
+            name = dp.plan_name(GemvPlan(**r["plan"]))
+            print(f"{kind} M={m:2} N={n:6} {r['variant']:5} {r['us']:7.2f}us {r['pct']:5.1f}% {name}")
         for r in [r for r in rows if r not in ok][:2]:
             print("  bad:", r["variant"], r["plan"], r.get("error", r.get("rel_err")))
         sys.stdout.flush()

@@ -28,10 +28,9 @@ whose rate is a fraction of the FMA rate:
   128 + u exactly, and subtracting 136 (1032) leaves q = u - 8 exactly. With one group a K-step the exact q
   go into the product and the group's scale multiplies the step's fp32 partial; with several groups a step
   each q is multiplied by its group's scale first (one rounding to x's dtype, as dequantising does).
-On the GPU the int4 unpacking is a few lines of PTX (_int4_to_q): one PRMT, one shift, two LOP3 and two
-paired FMAs per two bytes. Offline (probes/sass_decode.py) that cut the loop from 4.2-4.75 instructions a
-weight to 3.0-3.6, against the about 5 an SM can issue per weight arriving at the copy rate
-(notes/rmsnorm-linear.md, "int4 unpacking in PTX"). The interpreter runs the same math in plain Triton.
+Offline (probes/sass_decode.py) the int4 loop still spends about 4.2-4.7 instructions a weight, against the
+about 5 an SM can issue per weight arriving at the copy rate: the int4 kernel is bound by its unpacking,
+not by DRAM (notes/rmsnorm-linear.md, "The decode GEMVs on the graph clock").
 """
 
 from __future__ import annotations
@@ -61,42 +60,6 @@ SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _int8_as_float(q):
     # q (int8) -> fp32, exactly, without an integer-to-float conversion: 2^23 + 128 + q, minus 2^23 + 128.
     return (q.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
-
-
-# Two packed bytes (four nibbles u) to four exact q = u - 8 as 16-bit floats, in 6 instructions: PRMT
-# spreads the two bytes into the low bytes of two 16-bit lanes; one LOP3 per nibble masks it and ORs it into
-# the bits of 128.0 (bfloat16) or 1024.0 (float16), giving 128 + u exactly; one paired FMA or subtraction
-# per output takes 136 (1032) off. Outputs: the low nibbles' q (k = byte) and the high nibbles' q (k = byte
-# + GROUP / 2), element for element with the bytes. Two bytes, not four, an invocation: the tensor-core
-# operand holds pairs of consecutive k in a register, so a pair of bytes arrives as one 16-bit load.
-_INT4_PAIRS = """
-{
-.reg .b32 t, h, one, bias;
-prmt.b32 t, $2, 0, 0x4140;
-shr.u32 h, t, 4;
-lop3.b32 t, t, 0x000F000F, MAGIC, 0xea;
-lop3.b32 h, h, 0x000F000F, MAGIC, 0xea;
-SUBTRACT
-}
-"""
-_INT4_PAIRS_BF16 = tl.constexpr(_INT4_PAIRS.replace("MAGIC", "0x43004300").replace("SUBTRACT", "\n".join((
-    "mov.b32 one, 0x3F803F80;", "mov.b32 bias, 0xC308C308;",  # 1.0 and -136.0, bfloat16 pairs
-    "fma.rn.bf16x2 $0, t, one, bias;", "fma.rn.bf16x2 $1, h, one, bias;"))))
-_INT4_PAIRS_F16 = tl.constexpr(_INT4_PAIRS.replace("MAGIC", "0x64006400").replace("SUBTRACT", "\n".join((
-    "mov.b32 bias, 0x64086408;",  # 1032.0, float16 pair
-    "sub.rn.f16x2 $0, t, bias;", "sub.rn.f16x2 $1, h, bias;"))))
-
-
-@triton.jit
-def _int4_to_q(b, BF16: tl.constexpr):
-    """(q of the low nibbles, q of the high nibbles) of uint8 b, in bfloat16 or float16 (GPU only)."""
-    if BF16:
-        lo, hi = tl.inline_asm_elementwise(_INT4_PAIRS_BF16, "=r,=r,r", [b], dtype=(tl.bfloat16, tl.bfloat16),
-                                           is_pure=True, pack=2)
-    else:
-        lo, hi = tl.inline_asm_elementwise(_INT4_PAIRS_F16, "=r,=r,r", [b], dtype=(tl.float16, tl.float16),
-                                           is_pure=True, pack=2)
-    return lo, hi
 
 
 @triton.jit
@@ -175,7 +138,7 @@ def _int4_linear_kernel(
     M, N, K, stride_xm, stride_pn, stride_sn, stride_ym,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, LOAD_STAGES: tl.constexpr, EVICT: tl.constexpr,
-    DOT_F32: tl.constexpr, ASM_CVT: tl.constexpr,
+    DOT_F32: tl.constexpr,
 ):
     # One K-step is GS = BLOCK_K / GROUP whole groups: BLOCK_K / 2 contiguous bytes per row of W (a 16-byte
     # load holds 32 weights), GS scales per row, BLOCK_K values of k. The weights are dequantised in
@@ -228,11 +191,7 @@ def _int4_linear_kernel(
             x_hi = tl.load(x_ptrs + (k0 + HALF), mask=row_in[None, :], other=0.0)
             q_lo = ((b & 0xF).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
             q_hi = ((b >> 4).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
-            if ASM_CVT:
-                q_lo, q_hi = _int4_to_q(b, dt == tl.bfloat16)
-                part = tl.dot(q_lo, x_lo)
-                part = tl.dot(q_hi, x_hi, part)
-            elif DOT_F32:
+            if DOT_F32:
                 part = tl.dot(q_lo.to(tl.float32) - MAGIC, x_lo.to(tl.float32))
                 part = tl.dot(q_hi.to(tl.float32) - MAGIC, x_hi.to(tl.float32), part)
             else:
@@ -258,12 +217,7 @@ def _int4_linear_kernel(
             # rounding at the product with the group's scale, as dequantising to x's dtype does.
             v_lo = ((b & 0xF).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
             v_hi = ((b >> 4).to(tl.int16) | MAGIC_BITS).to(dt, bitcast=True)
-            if ASM_CVT:
-                q_lo, q_hi = _int4_to_q(b, dt == tl.bfloat16)
-                s3 = s.to(dt)[:, :, None]
-                acc = tl.dot(tl.reshape(q_lo * s3, (BLOCK_N, BYTES)), x_lo, acc)
-                acc = tl.dot(tl.reshape(q_hi * s3, (BLOCK_N, BYTES)), x_hi, acc)
-            elif DOT_F32:  # the interpreter computes on bfloat16 bit patterns (triton-lang/triton#11584): fp32 there
+            if DOT_F32:  # the interpreter computes on bfloat16 bit patterns (triton-lang/triton#11584): fp32 there
                 s3 = s.to(dt).to(tl.float32)[:, :, None]
                 w_lo = tl.reshape(((v_lo.to(tl.float32) - MAGIC) * s3).to(dt).to(tl.float32), (BLOCK_N, BYTES))
                 w_hi = tl.reshape(((v_hi.to(tl.float32) - MAGIC) * s3).to(dt).to(tl.float32), (BLOCK_N, BYTES))
@@ -300,22 +254,24 @@ FMA_MAX_M_WIDE = {8: 1, 4: 0}
 WIDE_MIN_ELEMENTS = 4096 * 4096 + 1  # N*K from which a weight is "wide" (its own rows of the tables)
 DOT_MAX_M = 64  # the largest batch one row-tile holds; larger M is refused (a GEMM's job)
 # (BLOCK_N, BLOCK_K, num_warps, load stages) by (bits, form, M bucket); M bucket = the smallest key >= M.
-# For int4 BLOCK_K is the K-values per step, a whole number of groups (at least one). Each step of a program
-# reads BLOCK_N * BLOCK_K (int8) or BLOCK_N * BLOCK_K / 2 (int4) bytes of W; the rows are the best of the
-# probes' sweeps (int4: checks/int4_unpack_sweep.py, four groups a step, no split at N = 14336: 20.3 µs
-# against 22.8 for the best one-group step and 25 for the previous plan).
+# For int4 BLOCK_K is the K-values per step, a whole number of groups (at least one). WIDE_TILES replaces a
+# row for wide weights. Each step of a program reads BLOCK_N * BLOCK_K (int8) or BLOCK_N * BLOCK_K / 2
+# (int4) bytes of W; the rows are the best of the probe's sweep.
 TILES = {
     (8, "fma", 1): (8, 512, 4, 6),
     (8, "fma", 4): (8, 256, 4, 8),
     (8, "dot", 64): (64, 128, 4, 5),
     (4, "dot", 64): (64, 512, 4, 3),
 }
+WIDE_TILES = {
+    (4, "dot", 64): (64, 128, 4, 4),  # one group a step: the partial product scaled per group
+}
 # Split-K as for the bf16 GEMV: at least PROGRAMS_PER_SM[bits, form] programs an SM, no split under
 # MIN_STEPS_PER_SPLIT K-steps. int8 on the tensor cores streams best near one program on every SM: measured
 # (H100, graph clock, M = 16, K = 4096) 70.8% of the copy rate with no split at N = 14336 (224 tiles) against
-# 58.7% split in two; at N = 4096 (64 tiles) split 2 43.8%, 4 42.5%, 8 35.1%. int4 the same way: 20.3 µs
-# unsplit at N = 14336 against 26.1 split in two; 11.1 / 11.5 split 2 at N = 4096 against 13.4 / 13.7 unsplit.
-PROGRAMS_PER_SM = {(8, "fma"): 2, (8, "dot"): 0.5, (4, "dot"): 0.5}
+# 58.7% split in two; at N = 4096 (64 tiles) split 2 43.8%, 4 42.5%, 8 35.1%. int4 is bound by its unpacking
+# and moves within 1-2% whatever the split.
+PROGRAMS_PER_SM = {(8, "fma"): 2, (8, "dot"): 0.5, (4, "dot"): 2}
 MIN_STEPS_PER_SPLIT = 2
 MAX_SPLIT_K = 16
 EVICT_FIRST = False  # within 1% either way on the graph clock; see kernels/rmsnorm_gemv.py
@@ -331,9 +287,10 @@ def fma_max_m(bits: int, n_cols: int, n_features: int) -> int:
     return (FMA_MAX_M_WIDE if is_wide(n_cols, n_features) else FMA_MAX_M)[bits]
 
 
-def _tile(bits: int, form: str, n_rows: int) -> tuple[int, int, int, int]:
+def _tile(bits: int, form: str, n_rows: int, wide: bool = False) -> tuple[int, int, int, int]:
     buckets = sorted(mb for (b, f, mb) in TILES if b == bits and f == form)
-    return TILES[bits, form, next(mb for mb in buckets if mb >= n_rows)]
+    key = (bits, form, next(mb for mb in buckets if mb >= n_rows))
+    return WIDE_TILES.get(key, TILES[key]) if wide else TILES[key]
 
 
 def plan_dequant_linear(bits: int, n_rows: int, n_cols: int, n_features: int, group_size: int = 128,
@@ -345,7 +302,7 @@ def plan_dequant_linear(bits: int, n_rows: int, n_cols: int, n_features: int, gr
     if not 1 <= n_rows <= DOT_MAX_M:
         raise ValueError(f"dequant_linear: serves 1 <= M <= {DOT_MAX_M} rows, got {n_rows}.")
     form = "fma" if n_rows <= fma_max_m(bits, n_cols, n_features) else "dot"
-    block_n, block_k, warps, stages = _tile(bits, form, n_rows)
+    block_n, block_k, warps, stages = _tile(bits, form, n_rows, is_wide(n_cols, n_features))
     block_m = max(1, triton.next_power_of_2(n_rows)) if form == "fma" else max(16, triton.next_power_of_2(n_rows))
     block_n = min(block_n, max(16 if form == "dot" else 1, triton.next_power_of_2(n_cols)))
     if bits == 4:  # whole groups, no more than K holds
@@ -388,8 +345,7 @@ def _launch_spec(bits: int, x, weight, scales, plan: GemvPlan, out, group_size: 
         raise ValueError(f"int4_linear: plans run on the tensor cores with whole groups a K-step (BLOCK_M >= 16, "
                          f"BLOCK_K a multiple of {group_size}), got {plan}.")
     meta.pop("USE_DOT")
-    meta.update(GROUP=group_size, BLOCK_K=plan.block_k, EVEN_K=n_features % plan.block_k == 0,
-                ASM_CVT=fast_cvt and not interpreter_enabled())
+    meta.update(GROUP=group_size, BLOCK_K=plan.block_k, EVEN_K=n_features % plan.block_k == 0)
     return _int4_linear_kernel, plan.grid(n_cols), args, meta
 
 
@@ -400,10 +356,9 @@ def int8_linear_fwd(x, w_q, scales, plan: GemvPlan, out: torch.Tensor, *, fast_c
     return out
 
 
-def int4_linear_fwd(x, w_packed, scales, group_size: int, plan: GemvPlan, out: torch.Tensor, *,
-                    fast_cvt: bool = FAST_CVT) -> torch.Tensor:
+def int4_linear_fwd(x, w_packed, scales, group_size: int, plan: GemvPlan, out: torch.Tensor) -> torch.Tensor:
     """out [M, N] = x [M, K] @ W^T for the packed int4 W with `plan`."""
-    kernel, grid, args, meta = _launch_spec(4, x, w_packed, scales, plan, out, group_size, fast_cvt=fast_cvt)
+    kernel, grid, args, meta = _launch_spec(4, x, w_packed, scales, plan, out, group_size)
     kernel[grid](*args, **meta)
     return out
 

@@ -37,8 +37,7 @@ QUESTION = ("What does the inner loop of each decode GEMV kernel compile to on s
             "conversions, loads?")
 CANDIDATES = ("rmsnorm-gemv", "int8 dequant", "int4 dequant")
 SHAPES = "the decode plans' tiles (compiled only, no shapes run)"
-OUTPUTS = {"decode-sass": ("notes/probes/2026-11-23-sm90a-decode-sass.txt",),
-           "decode-sass-2": ("notes/probes/2026-11-26-sm90a-decode-sass.txt",)}
+OUTPUTS = {"decode-sass": ("notes/probes/2026-11-23-sm90a-decode-sass.txt",)}
 
 BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 TARGET = GPUTarget("cuda", 90, 32)
@@ -113,16 +112,14 @@ def int8(plan: GemvPlan, fast: bool = True) -> None:
            f"{'' if fast else ' plain-cvt'}", k, plan.block_n * plan.block_k / (32 * plan.num_warps))
 
 
-def int4(plan: GemvPlan, group: int = 128, asm: bool = True) -> None:
+def int4(plan: GemvPlan, group: int = 128) -> None:
     sig = {"x_ptr": "*bf16", "p_ptr": "*u8", "s_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
            "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_pn": "i32",
            "stride_sn": "i32", "stride_ym": "i32"}
     const = dict(GROUP=group, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k,
-                 SPLIT_K=plan.split_k, EVEN_K=True, LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False,
-                 ASM_CVT=asm)
+                 SPLIT_K=plan.split_k, EVEN_K=True, LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False)
     k = compile_kernel(dl._int4_linear_kernel, sig, const, plan.num_warps)
-    report(f"int4 {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} g{group} w{plan.num_warps}"
-           f"{'' if asm else ' plain-cvt'}", k,
+    report(f"int4 {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} g{group} w{plan.num_warps}", k,
            plan.block_n * plan.block_k / (32 * plan.num_warps))
 
 
@@ -137,10 +134,9 @@ def main() -> int:
         int8(dl.plan_dequant_linear(8, m, 4096, 4096))
     int8(dl.plan_dequant_linear(8, 1, 4096, 4096), fast=False)
     for plan in (GemvPlan("dot", 16, 64, 128, 1, 4, 4), GemvPlan("dot", 16, 64, 512, 1, 4, 3),
-                 GemvPlan("dot", 16, 128, 128, 1, 8, 3), dl.plan_dequant_linear(4, 64, 4096, 4096)):
+                 dl.plan_dequant_linear(4, 1, 4096, 4096), GemvPlan("dot", 16, 128, 128, 1, 8, 3),
+                 dl.plan_dequant_linear(4, 64, 4096, 4096)):
         int4(plan)
-    for plan in (GemvPlan("dot", 16, 64, 128, 1, 4, 4), GemvPlan("dot", 16, 64, 512, 1, 4, 3)):
-        int4(plan, asm=False)
     return 0
 
 

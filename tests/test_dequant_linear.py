@@ -300,13 +300,19 @@ def test_tile_buckets_on_each_side_of_every_threshold(bits):
 
 
 @pytest.mark.parametrize("bits", [8, 4])
-def test_wide_weights_keep_the_cuda_cores_for_fewer_rows(bits):
+def test_wide_weights_take_their_own_rows(bits):
     n, k = 4097, 4096  # one row past the narrow limit
     assert dl.fma_max_m(bits, n, k) == dl.FMA_MAX_M_WIDE[bits] and dl.fma_max_m(bits, n - 1, k) == dl.FMA_MAX_M[bits]
     edge = dl.FMA_MAX_M_WIDE[bits]
     if edge >= 1:
         assert dl.plan_dequant_linear(bits, edge, n, k).form == "fma"
     assert dl.plan_dequant_linear(bits, edge + 1, n, k).form == "dot"
+    for (b, form, bucket), tile in dl.WIDE_TILES.items():
+        if b == bits:
+            plan = dl.plan_dequant_linear(bits, bucket, n, k)
+            assert (plan.form, plan.block_n, plan.block_k, plan.num_warps, plan.load_stages) == (form, *tile)
+            narrow = dl.plan_dequant_linear(bits, bucket, n - 1, k)
+            assert (narrow.block_n, narrow.block_k, narrow.num_warps, narrow.load_stages) == dl.TILES[(b, form, bucket)]
 
 
 def test_int4_steps_hold_whole_groups():

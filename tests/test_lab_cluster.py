@@ -416,6 +416,61 @@ def test_the_loop_runs_each_pair_once_and_a_failure_costs_only_its_own(tmp_path)
     assert workers[0].handle in ray.killed
 
 
+class SwappingRay(FakeRay):
+    """FakeRay whose replacement workers start, in the order given: each holds the model its identity says."""
+
+    def __init__(self, replacements):
+        super().__init__()
+        self.replacements = list(replacements)
+
+    def remote(self, **options):
+        return lambda cls: SimpleNamespace(remote=lambda device: self.replacements.pop(0))
+
+
+def run_with_replacements(tmp_path, pairs, replacements):
+    """Workers of models m (GPU 0) and n (GPU 1), each running its own "dies" first, then `pairs`; the
+    replacements start as `replacements` says ((model, GPU) each, in the order asked for)."""
+    def outcomes(key):
+        dies = FakeRay.exceptions.RayError("The actor died unexpectedly before finishing this task.")
+        good = lab_synthetic.run([], slug="a", run_id=f"20260101T000000Z-nvidia-test-gpu-a-00000{key}").to_json()
+        return {"dies": dies, "a": good}
+
+    calls, messages = [], []
+
+    def worker(key, gpu):
+        found = fake_worker(key, outcomes(key), calls)
+        found.identity["gpu_ids"] = [gpu]
+        found.handle.identity = Remote(lambda: Ref(found.identity))
+        return found
+
+    ray = SwappingRay([worker(key, gpu).handle for key, gpu in replacements])
+    tasks = [Task(s, k, "forced") for s, k in [("dies", "m"), ("dies", "n"), *pairs]]
+    experiments = {s: SimpleNamespace(slug=s) for s in ("dies", "a")}
+    outcome = dispatch.Dispatch(experiments, [worker("m", "0"), worker("n", "1")], ray=ray, records_dir=tmp_path,
+                                provenance=PROVENANCE, profiling=None, device="cpu", worker_class=object,
+                                say=messages.append, startup_seconds=60).run(tasks, progress=False)
+    assert sorted((t.slug, t.gpu_key) for t, _ in outcome.failed) == [("dies", "m"), ("dies", "n")], messages
+    return sorted((t.slug, t.gpu_key) for t, _ in outcome.written), calls, messages
+
+
+def test_replacements_that_swap_gpus_run_the_tasks_of_the_model_each_holds(tmp_path):
+    # Both workers die; Ray puts the replacement asked for first on the GPU the other one freed. The first
+    # to join holds n: m's task waits for the second, which holds m, instead of failing for want of a worker.
+    written, calls, messages = run_with_replacements(tmp_path, [("a", "m"), ("a", "n")], [("n", "1"), ("m", "0")])
+    assert written == [("a", "m"), ("a", "n")], messages
+    assert calls[-2:] == [("a", "n"), ("a", "m")]  # each on the replacement holding its model, as it joined
+    assert sum("replacement worker" in m and "joined" in m for m in messages) == 2
+
+
+def test_a_worker_with_nothing_left_to_run_is_replaced_too_when_another_model_waits(tmp_path):
+    # Only m has a task left, but n's GPU is freed as well, and m's replacement may land there: n's death
+    # asks for one more, which holds m; the one that holds n, with nothing to run, is let go.
+    written, calls, messages = run_with_replacements(tmp_path, [("a", "m")], [("n", "1"), ("m", "0")])
+    assert written == [("a", "m")] and calls[-1] == ("a", "m"), messages
+    assert any("holds n, for which nothing is left to run" in m for m in messages), messages
+    assert sum("replacement worker" in m and "joined" in m for m in messages) == 1
+
+
 @needs_ray
 def test_every_declared_experiment_travels_to_a_worker():
     """A cluster run sends each declaration to its worker through Ray's serialiser: a closure over an object it

@@ -14,8 +14,10 @@ Records from several hosts of one model are distinct runs, like any two runs.
 
 Faults stay small. An experiment that raises fails alone, and its worker takes the next one. A worker that
 dies (a lost GPU, out of memory, a killed process) fails only the experiment it was running; a replacement
-is asked for on the GPU it freed, and the others go on. Ctrl-C cancels what is queued or running and keeps
-every record that landed. The failures and cancellations are named at the end (Outcome).
+is asked for, and the others go on. Ray places it on whichever GPU is free when it starts, which need not be
+the one its predecessor freed: it runs the experiments of the model it turns out to hold. Ctrl-C cancels
+what is queued or running and keeps every record that landed. The failures and cancellations are named at
+the end (Outcome).
 
 Ray is an optional extra (pip install -e '.[cluster]'): this module imports without it and says so when a
 cluster run is asked for. Addresses are probed before Ray is asked to join, because ray.init waits minutes

@@ -6,8 +6,11 @@ worker gets which queued task, and what a failure costs:
 
 * the run raised in a live worker: that task fails, the worker takes the next one;
 * the worker died (its process killed, out of memory, its GPU or host lost): that task fails, and one
-  replacement is asked for, which joins when it starts and says it holds the same model;
-* a model whose workers are all gone, with no replacement coming: its queued tasks fail, named;
+  replacement is asked for, which joins the model it says it holds when it starts: Ray puts it on
+  whichever GPU is free then, not always the one its predecessor freed (two workers that die together
+  may see their replacements swap GPUs), so a starting replacement counts for no model in particular;
+* a model whose workers are all gone, with no replacement starting that might hold it: its queued tasks
+  fail, named;
 * a record that does not validate or would overwrite another: that task fails, nothing is replaced;
 * Ctrl-C: records that already came back are written, the rest is cancelled (its workers killed) and
   named; the KeyboardInterrupt ends here, and Outcome.interrupted says so.
@@ -44,7 +47,9 @@ class Dispatch:
             self.idle.setdefault(worker.key, deque()).append(worker)
         self.queued: dict[str, deque[Task]] = {key: deque() for key in self.idle}
         self.running: dict[Any, tuple[Task, Worker]] = {}  # object ref -> the task and the worker running it
-        self.starting: dict[Any, tuple[Any, str, float]] = {}  # identity ref -> (handle, key, asked at)
+        # identity ref -> (handle, the model of the worker it replaces, asked at); the model it holds is
+        # known only once it starts
+        self.starting: dict[Any, tuple[Any, str, float]] = {}
         self.replacements: list[Worker] = []
         self.outcome = Outcome()
         self.bar = None
@@ -92,8 +97,11 @@ class Dispatch:
         self._show()
 
     def _fail_orphans(self) -> None:
-        """Fail the queued tasks of a model that has no worker left and none coming."""
-        busy = {worker.key for _, worker in self.running.values()} | {k for _, k, _ in self.starting.values()}
+        """Fail the queued tasks of a model that has no worker left and none coming. While a replacement
+        is starting, none is failed: it may hold any model, whatever the model of the worker it replaces."""
+        if self.starting:
+            return
+        busy = {worker.key for _, worker in self.running.values()}
         for key, queue in self.queued.items():
             if queue and not self.idle[key] and key not in busy:
                 while queue:
@@ -120,7 +128,8 @@ class Dispatch:
             return
         except errors.RayError as exc:  # the worker is gone (killed, out of memory, lost GPU or host)
             self._fail(task, f"the worker on {worker} died: {first_line(exc)}")
-            self._replace(worker, needed=bool(self.queued[worker.key]))
+            # The replacement may land on another model's GPU, freed too: any task still queued may need it.
+            self._replace(worker, needed=any(self.queued.values()))
             return
         try:
             path = write_record(RunRecord.from_dict(json.loads(text)), self.records_dir)
@@ -151,8 +160,8 @@ class Dispatch:
             self.say(f"cluster: the replacement for a {key} worker did not start: {first_line(exc)}")
             return
         self.replacements.append(worker)
-        if worker.key not in self.idle:
-            self.say(f"cluster: the replacement on {worker} holds {worker.key}, which this run does not use")
+        if not self.queued.get(worker.key):  # no task of its model is left (or the run never had one)
+            self.say(f"cluster: the replacement on {worker} holds {worker.key}, for which nothing is left to run")
             self.ray.kill(handle)
             return
         self.idle[worker.key].append(worker)

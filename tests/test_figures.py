@@ -8,6 +8,7 @@ Faster points and one Undecided).
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -62,11 +63,16 @@ def test_fig_renders_bounds_times_and_ceiling_shares(evidence):
                      evidence)) > 0
 
 
+def unmarked(text: str) -> str:
+    """The text without its "earlier code" marks (stale_mark)."""
+    return re.sub(r'<sup class="kl-stale"[^>]*>.*?</sup>', "", text)
+
+
 def test_fig_counts_points_and_words(evidence):
     text = ('{{ fig("fixture-sweep", gpu="Test GPU A", what="count", words="Faster") }} of '
             '{{ fig("fixture-sweep", gpu="Test GPU A", what="points") }}, '
             '{{ fig("fixture-sweep", gpu="Test GPU A", what="count", words="Slower|Undecided") }}')
-    assert one(text, evidence) == "3 of 4, 1"
+    assert unmarked(one(text, evidence)) == "3 of 4, 1"
     assert "not a point's word" in refused('{{ fig("fixture-sweep", gpu="Test GPU A", what="count") }}', evidence)
 
 
@@ -74,7 +80,7 @@ def test_an_older_run_is_named_by_its_id(evidence):
     runs = sorted(r.run_id for r in evidence.runs["fixture-sweep"])
     assert len(runs) == 2, "the fixture needs two valid runs on one GPU"
     call = '{{{{ fig("fixture-sweep", {which}, case="4096x1024", dtype="float32", digits=4) }}}}'
-    newest = one(call.format(which='gpu="Test GPU A"'), evidence)
+    newest = unmarked(one(call.format(which='gpu="Test GPU A"'), evidence))
     assert one(call.format(which=f'run="{runs[-1][:16]}"'), evidence) == newest
     assert float(one(call.format(which=f'run="{runs[0]}"'), evidence)) > 0
     assert "names 2 runs" in refused(call.format(which='run="2026"'), evidence)
@@ -114,7 +120,23 @@ def test_claims_that_hold_render_their_text(evidence):
             '{{ claim("fixture-sweep", case="4096x1024|4096x8192", every="Faster") }}'
             '{{ claim("fixture-sweep", none="Slower|Failed", verdict="Stale", text="never slower") }}; '
             '{{ claim("fixture-single", gpu="Test GPU A", verdict="Rejected|Inconclusive", text="not won") }}')
-    assert one(text, evidence) == "faster everywhere; slower in half; never slower; not won"
+    assert unmarked(one(text, evidence)) == "faster everywhere; slower in half; never slower; not won"
+
+
+def test_a_figure_from_a_stale_run_says_so_and_links_to_its_history(evidence):
+    """fixture-sweep's newest run on Test GPU A is Stale; fixture-single's are not."""
+    stale = one('{{ fig("fixture-sweep", gpu="Test GPU A", what="points") }}', evidence)
+    (run,) = [r.run_id for r in evidence.runs["fixture-sweep"] if r.run_id == max(
+        x.run_id for x in evidence.runs["fixture-sweep"])]
+    assert stale.startswith("4<sup class=\"kl-stale\"") and f"From run {run}:" in stale
+    assert "[earlier code](../experiments/fixture-sweep.md#history)</sup>" in stale
+    assert expand('{{ fig("fixture-sweep", gpu="Test GPU A", what="points") }}', evidence, "docs/index.md") \
+        .endswith("[earlier code](experiments/fixture-sweep.md#history)</sup>")
+    current = one('{{ fig("fixture-single", gpu="Test GPU B", case="fx-4096x1024", dtype="float32") }}', evidence)
+    assert "kl-stale" not in current, "a current run carries no mark"
+    named = one(f'{{{{ fig("fixture-sweep", run="{run}", what="points") }}}}', evidence)
+    assert named == "4", "a run named on purpose carries no mark"
+    assert one('{{ claim("fixture-sweep", none="Failed") }}', evidence) == "", "a claim with no text shows nothing"
 
 
 @pytest.mark.parametrize("call, why", [

@@ -27,17 +27,24 @@ Arguments are Python literals, keywords after the slug:
 
 `expand` returns the page with every call replaced, or raises FigureError listing each failing call as
 "<page>:<line>: <why>", so a post whose figure no longer holds cannot be published.
+
+A figure or claim text taken from a newest run that is Stale (the code it measured has changed since, so the
+experiment page marks it Stale) is followed by a small "earlier code" mark linking to that page's history,
+its title naming the run: the number stays true of its run, and the reader sees it is not of today's code.
+A call that names its run (`run=`) cites that run on purpose and carries no mark.
 """
 
 from __future__ import annotations
 
 import ast
 import fnmatch
+import html
+import posixpath
 import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from lab.evidence.verdict import CLOCKS, GPU_TIME, STATES, WORDS, Verdict, clock_timing, verdict_for_gpu
+from lab.evidence.verdict import CLOCKS, GPU_TIME, STALE, STATES, WORDS, Verdict, clock_timing, verdict_for_gpu
 from lab.publish.collect import Evidence
 from lab.publish.overview import performance_verdicts
 
@@ -118,6 +125,8 @@ def expand(markdown: str, evidence: Evidence, source: str, first_line: int = 1) 
     for call in calls:
         try:
             value = figure(call, evidence) if call.name == "fig" else check_claim(call, evidence)
+            if value:
+                value += stale_mark(call, evidence, source)
         except _Refused as exc:
             errors.append(f"{source}:{call.line}: {call.name}({call.slug!r}): {exc}")
             value = ""
@@ -126,6 +135,21 @@ def expand(markdown: str, evidence: Evidence, source: str, first_line: int = 1) 
     if errors:
         raise FigureError("\n".join(errors))
     return "".join(pieces) + markdown[at:]
+
+
+def stale_mark(call: Call, evidence: Evidence, source: str) -> str:
+    """The "earlier code" mark for a call whose newest run on some GPU it reads is Stale; "" otherwise."""
+    if "run" in call.kwargs:
+        return ""
+    stale = sorted(v.run.run_id for v in _verdicts(call, evidence, ALL) if v.state == STALE)
+    if not stale:
+        return ""
+    # source: "docs/<page>"; the experiment page is docs/experiments/<slug>.md (the slug is a declared one)
+    page_dir = posixpath.dirname(source.split("/", 1)[1]) if "/" in source else ""
+    target = posixpath.relpath(f"experiments/{call.slug}.md", page_dir or ".")
+    title = html.escape(f"From run {', '.join(stale)}: measured before the code it tests last changed "
+                        "(the experiment page marks it Stale).", quote=True)
+    return f'<sup class="kl-stale" title="{title}">[earlier code]({target}#history)</sup>'
 
 
 def check_pages(pages: Iterable[tuple[str, str]], evidence: Evidence) -> list[str]:

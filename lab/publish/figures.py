@@ -124,9 +124,10 @@ def expand(markdown: str, evidence: Evidence, source: str, first_line: int = 1) 
     pieces, errors, at = [], [], 0
     for call in calls:
         try:
-            value = figure(call, evidence) if call.name == "fig" else check_claim(call, evidence)
+            used: list[Verdict] = []
+            value = figure(call, evidence, used) if call.name == "fig" else check_claim(call, evidence, used)
             if value:
-                value += stale_mark(call, evidence, source)
+                value += stale_mark(call, used, source)
         except _Refused as exc:
             errors.append(f"{source}:{call.line}: {call.name}({call.slug!r}): {exc}")
             value = ""
@@ -137,11 +138,11 @@ def expand(markdown: str, evidence: Evidence, source: str, first_line: int = 1) 
     return "".join(pieces) + markdown[at:]
 
 
-def stale_mark(call: Call, evidence: Evidence, source: str) -> str:
-    """The "earlier code" mark for a call whose newest run on some GPU it reads is Stale; "" otherwise."""
+def stale_mark(call: Call, used: Iterable[Verdict], source: str) -> str:
+    """The "earlier code" mark for a call whose newest run on some GPU it read (`used`) is Stale; "" otherwise."""
     if "run" in call.kwargs:
         return ""
-    stale = sorted(v.run.run_id for v in _verdicts(call, evidence, ALL) if v.state == STALE)
+    stale = sorted(v.run.run_id for v in used if v.state == STALE)
     if not stale:
         return ""
     # source: "docs/<page>"; the experiment page is docs/experiments/<slug>.md (the slug is a declared one)
@@ -201,7 +202,15 @@ def _allowed(kwargs: dict, names: Iterable[str]) -> None:
         raise _Refused(f"unknown argument {', '.join(unknown)} (takes {', '.join(names)})")
 
 
-def _verdicts(call: Call, evidence: Evidence, default_gpu: str | None) -> list[Verdict]:
+def _verdicts(call: Call, evidence: Evidence, default_gpu: str | None, used: list | None = None) -> list[Verdict]:
+    """The verdicts the call reads, also appended to `used` when given."""
+    found = _select_verdicts(call, evidence, default_gpu)
+    if used is not None:
+        used += found
+    return found
+
+
+def _select_verdicts(call: Call, evidence: Evidence, default_gpu: str | None) -> list[Verdict]:
     if call.slug not in evidence.experiments:
         raise _Refused("no experiment has this slug")
     clock = call.kwargs.get("clock", GPU_TIME)
@@ -264,10 +273,10 @@ def _words(text: object, what: str) -> set[str]:
 # --------------------------------------------------------------------------------------------------------
 
 
-def figure(call: Call, evidence: Evidence) -> str:
-    """The figure a `fig` call names, formatted."""
+def figure(call: Call, evidence: Evidence, used: list | None = None) -> str:
+    """The figure a `fig` call names, formatted (the verdict it read appended to `used`)."""
     _allowed(call.kwargs, ("gpu", "run", "case", "dtype", "clock", "what", "profile", "digits", "words"))
-    (verdict,) = _verdicts(call, evidence, None if "run" not in call.kwargs else ALL)
+    (verdict,) = _verdicts(call, evidence, None if "run" not in call.kwargs else ALL, used)
     points = _points(call, verdict)
     what = call.kwargs.get("what", "speedup")
     if what == "points":
@@ -309,13 +318,14 @@ def figure(call: Call, evidence: Evidence) -> str:
 # --------------------------------------------------------------------------------------------------------
 
 
-def check_claim(call: Call, evidence: Evidence) -> str:
-    """`text` if the claim holds on every selected GPU; _Refused saying where it fails otherwise."""
+def check_claim(call: Call, evidence: Evidence, used: list | None = None) -> str:
+    """`text` if the claim holds on every selected GPU; _Refused saying where it fails otherwise (the verdicts
+    it read appended to `used`)."""
     _allowed(call.kwargs, ("gpu", "run", "case", "dtype", "clock", "text", "verdict", *QUANTIFIERS))
     tests = [q for q in (*QUANTIFIERS, "verdict") if q in call.kwargs]
     if not tests:
         raise _Refused(f"states nothing to check: give one of {', '.join(QUANTIFIERS)} or verdict=")
-    for verdict in _verdicts(call, evidence, ALL):
+    for verdict in _verdicts(call, evidence, ALL, used):
         where = f"{evidence.gpu_labels.get(verdict.gpu_key, verdict.gpu_key)} run {verdict.run.run_id}"
         if "verdict" in call.kwargs:
             states = set(str(call.kwargs["verdict"]).split("|"))

@@ -21,7 +21,7 @@ import torch
 from experiments.spec import COMPUTE, MEMORY, Case, Profile
 from kernels._provenance import triton_kernel_names
 from kernels.decoder_block import FUSED_QKV_MAX_ROWS, LabDecoderBlock, sources_for
-from kernels.reference_decoder import LLAMA_8B, DecoderBlock, DecoderWeights, KVCache
+from kernels.reference_decoder import LLAMA_8B, REFERENCE_SOURCES, DecoderBlock, DecoderWeights, KVCache
 
 CONFIG = LLAMA_8B
 WEIGHT_SEED = 20_261_123
@@ -43,6 +43,10 @@ LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kern
                "kernels/attention.py", "kernels/attention_kernels.py", "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
                "kernels/_checks.py")
 QUANT_SOURCES = LAB_SOURCES + ("kernels/dequant_linear.py", "kernels/quantize.py")
+# gemlite's blocks: the plain block, its projections packed by gemlite from the lab's quantised values
+# (experiments/dequant_linear_decode.py packs them, as on that experiment's pages).
+GEMLITE_SOURCES = BLOCK_SOURCES + ("kernels/quantize.py", "experiments/dequant_linear_decode.py")
+GEMLITE_LAYERS = {"int8": "gemlite: A16W8 (int8 per channel)", "int4": "gemlite: A16Wn (int4, group 128, zero points 8)"}
 
 # ‖out − ref‖ / ‖ref‖ against the float64 block on the same (unquantised) weights. The output is x plus two
 # branches of bf16 products and norms; the small blocks of tests/test_decoder_block.py measure at most 1.2e-2
@@ -170,15 +174,35 @@ def _weights(dtype: torch.dtype, device: str) -> DecoderWeights:
     return DecoderWeights.random(CONFIG, dtype, device, WEIGHT_SEED)
 
 
+class GemliteDecoderBlock(DecoderBlock):
+    """The plain-PyTorch block with its four projections through gemlite's weight-only layers, built from the
+    quantised weights of a lab block (`quantised.projections`: the very values lab-int8 or lab-int4 multiply
+    by), so the two quantised blocks differ only in the projections' kernels. gemlite's layers run on CUDA."""
+
+    def __init__(self, weights: DecoderWeights, quantised: LabDecoderBlock):
+        super().__init__(weights, quantised.config)
+        self.quant = quantised.quant
+        self.projections = quantised.projections
+
+    def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        from experiments.dequant_linear_decode import gemlite_linear
+
+        rows = x.reshape(-1, x.shape[-1])
+        y = gemlite_linear(rows, *self.projections[name])
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
 @functools.cache
 def block(kind: str, dtype: torch.dtype, device: str):
     """kind: "eager", "float64" (the reference: the same module on float64 copies of the `dtype` weights),
-    "lab", "lab-int8" or "lab-int4"."""
+    "lab", "lab-int8", "lab-int4", "gemlite-int8" or "gemlite-int4"."""
     weights = _weights(dtype, device)
     if kind == "float64":
         return DecoderBlock(weights.to(torch.float64), CONFIG)
     if kind == "eager":
         return DecoderBlock(weights, CONFIG)
+    if kind.startswith("gemlite-"):
+        return GemliteDecoderBlock(weights, block(kind.replace("gemlite", "lab"), dtype, device))
     quant = {"lab": None, "lab-int8": "int8", "lab-int4": "int4"}[kind]
     return LabDecoderBlock(weights, CONFIG, quant=quant, decode_attention=DECODE_ATTENTION, group_size=INT4_GROUP)
 
@@ -241,6 +265,46 @@ def _quantised_unsupported(case: Case, dtype: torch.dtype) -> str | None:
     return _unsupported_on_cpu(case, dtype)
 
 
+def _gemlite_unsupported(case: Case, dtype: torch.dtype) -> str | None:
+    if not torch.cuda.is_available():
+        return "gemlite's kernels run on CUDA only"
+    if not is_decode(case):
+        return "a peer of the lab's quantised blocks, which serve decode only (see lab-int8)"
+    return None
+
+
+def _gemlite_plan(quant: str):
+    def plan(case: Case, dtype: torch.dtype) -> dict[str, str]:
+        table = DecoderBlock.op_sources("decode" if is_decode(case) else "prefill")
+        return {label: GEMLITE_LAYERS[quant] if source == "torch: F.linear" else source
+                for label, source in table.items()}
+
+    return plan
+
+
+def _quantised_profiles() -> tuple[Profile, ...]:
+    """lab-int8, gemlite-int8, lab-int4 and gemlite-int4: the lab's quantised blocks and gemlite's on the same
+    quantised weights (decode only)."""
+    out = []
+    for quant, tolerance in (("int8", INT8_TOLERANCE), ("int4", INT4_TOLERANCE)):
+        model = functools.partial(bytes_moved, quant=quant)
+        out.append(Profile(f"lab-{quant}", f"the lab's block with weight-only {quant} projections "
+                           f"(kernels/dequant_linear.py){_AS_LAB}", _runner(f"lab-{quant}"), QUANT_SOURCES,
+                           plan=functools.partial(_kind_sources, f"lab-{quant}"), unsupported=_quantised_unsupported,
+                           tolerance=tolerance, bytes_moved=model))
+        out.append(Profile(f"gemlite-{quant}", f"the plain-PyTorch block with its projections through "
+                           f"{GEMLITE_LAYERS[quant].removeprefix('gemlite: ')}, gemlite 0.6's Triton layer with its "
+                           f"default settings, packed outside the clock from the same quantised weights as "
+                           f"lab-{quant}", _runner(f"gemlite-{quant}"), GEMLITE_SOURCES, plan=_gemlite_plan(quant),
+                           unsupported=_gemlite_unsupported, tolerance=tolerance, bytes_moved=model,
+                           requires="gemlite"))
+    return tuple(out)
+
+
+def _kind_sources(kind: str, case: Case, dtype: torch.dtype) -> dict[str, str]:
+    return op_sources(kind, case)
+
+
 def profiles() -> tuple[Profile, ...]:
     return (
         Profile("torch-eager", "the plain-PyTorch block, eager (F.rms_norm, F.linear, SDPA with its default backend)",
@@ -249,15 +313,7 @@ def profiles() -> tuple[Profile, ...]:
                 _runner("compile"), BLOCK_SOURCES, unsupported=_unsupported_on_cpu),
         Profile("lab", lab_description(None),
                 _runner("lab"), LAB_SOURCES, plan=lambda case, dtype: op_sources("lab", case), unsupported=_unsupported_on_cpu),
-        Profile("lab-int8", f"the lab's block with weight-only int8 projections (kernels/dequant_linear.py){_AS_LAB}",
-                _runner("lab-int8"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int8", case),
-                unsupported=_quantised_unsupported, tolerance=INT8_TOLERANCE,
-                bytes_moved=functools.partial(bytes_moved, quant="int8")),
-        Profile("lab-int4", f"the lab's block with weight-only int4 projections (kernels/dequant_linear.py){_AS_LAB}",
-                _runner("lab-int4"), QUANT_SOURCES, plan=lambda case, dtype: op_sources("lab-int4", case),
-                unsupported=_quantised_unsupported, tolerance=INT4_TOLERANCE,
-                bytes_moved=functools.partial(bytes_moved, quant="int4")),
-    )
+    ) + _quantised_profiles()
 
 
 _AS_LAB = "; the other ops as in `lab` at decode"
@@ -352,80 +408,3 @@ class KernelClassifier:
 
 
 classify = KernelClassifier(QUANT_SOURCES)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Decode under CUDA-graph replay, as serving engines run it
-# --------------------------------------------------------------------------------------------------------
-
-
-class GraphedDecode:
-    """One decode step of `kind` captured as a CUDA graph per set of input tensors, then replayed.
-
-    A served model keeps its input buffer and KV cache at fixed addresses and replays one captured graph per
-    batch size; here each input set the clocks use (the originals, and the copies the eager-call clock cycles
-    through) gets its own graph, captured by `warm` before any timing. A call replays the graph whose tensors
-    are the call's and returns the graph's output tensor (overwritten by the next replay).
-    """
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-
-    @staticmethod
-    def _key(x, k_cache, v_cache) -> tuple:
-        return tuple((t.data_ptr(), tuple(t.shape), t.dtype) for t in (x, k_cache, v_cache))
-
-    def warm(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
-        key = self._key(x, k_cache, v_cache)
-        if key in self.graphs:
-            return
-        step = functools.partial(_call, self.kind, x, k_cache, v_cache, x.dtype)
-        side = torch.cuda.Stream(x.device)
-        side.wait_stream(torch.cuda.current_stream(x.device))
-        with torch.cuda.stream(side):  # compile, autotune and allocate outside the capture
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream(x.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = step()
-        self.graphs[key] = (graph, out)
-
-    def __call__(self, x: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
-        entry = self.graphs.get(self._key(x, k_cache, v_cache))
-        if entry is None:
-            self.warm(x, k_cache, v_cache)
-            entry = self.graphs[self._key(x, k_cache, v_cache)]
-        graph, out = entry
-        graph.replay()
-        return out
-
-
-def _graphed(kind: str) -> GraphedDecode:
-    return _GRAPHED.setdefault(kind, GraphedDecode(kind))
-
-
-_GRAPHED: dict[str, GraphedDecode] = {}
-
-
-def _needs_cuda(case: Case, dtype: torch.dtype) -> str | None:
-    if not torch.cuda.is_available():
-        return "CUDA graphs need a CUDA device"
-    return None
-
-
-def graph_profiles() -> tuple[Profile, ...]:
-    def profile(name: str, kind: str, description: str, sources: tuple[str, ...]) -> Profile:
-        graphed = _graphed(kind)
-        return Profile(name, description, graphed, sources, unsupported=_needs_cuda, warm=graphed.warm,
-                       plan=(lambda case, dtype: op_sources(kind, case)) if kind.startswith("lab") else None)
-
-    return (
-        profile("torch-eager-graph", "eager", "the plain-PyTorch decode step captured as a CUDA graph and replayed",
-                BLOCK_SOURCES),
-        profile("torch.compile-graph", "compile", "torch.compile's decode step captured as a CUDA graph and replayed",
-                BLOCK_SOURCES),
-        profile("lab-graph", "lab", "the lab's decode step (kernels/decoder_block.py) captured as a CUDA graph and "
-                f"replayed: {decode_provenance(None)}", LAB_SOURCES),
-    )

@@ -262,7 +262,7 @@ class DecoderBlock(torch.nn.Module):
         with op_label("attn_norm"):
             n = F.rms_norm(x, (c.hidden,), w.attn_norm, c.eps)
         with op_label("qkv_proj"):
-            qkv = F.linear(n, w.w_qkv)
+            qkv = self._linear("w_qkv", n)
             q_cols, kv_cols = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
             q, k, v = qkv.split([q_cols, kv_cols, kv_cols], dim=-1)
             q = q.unflatten(-1, (c.n_heads, c.head_dim)).transpose(1, 2)  # [B, H, S, D]
@@ -271,6 +271,11 @@ class DecoderBlock(torch.nn.Module):
         with op_label("rotary"):
             q, k = rotary(q, cos, sin), rotary(k, cos, sin)
         return q, k, v
+
+    def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """x @ W^T for the projection weight `name` (a DecoderWeights field): F.linear here; a block whose
+        projections come from elsewhere (a weight-only peer) overrides this alone."""
+        return F.linear(x, getattr(self.weights, name))
 
     def _tables(self, x: torch.Tensor, positions: torch.Tensor | int):
         return rotary_tables(self.config, positions, x.device, x.dtype, inv_freq=self.inv_freq)
@@ -304,17 +309,17 @@ class DecoderBlock(torch.nn.Module):
         """The rest of the block from the attention's output o [B, S, n_heads * head_dim]."""
         c, w = self.config, self.weights
         with op_label("o_proj"):
-            a = F.linear(o, w.w_o)
+            a = self._linear("w_o", o)
         with op_label("residual_add"):
             h = x + a
         with op_label("mlp_norm"):
             n = F.rms_norm(h, (c.hidden,), w.mlp_norm, c.eps)
         with op_label("gate_up_proj"):
-            gate_up = F.linear(n, w.w_gate_up)
+            gate_up = self._linear("w_gate_up", n)
         with op_label("swiglu"):
             gate, up = gate_up.split(c.intermediate, dim=-1)
             m = F.silu(gate) * up
         with op_label("down_proj"):
-            d = F.linear(m, w.w_down)
+            d = self._linear("w_down", m)
         with op_label("residual_add"):
             return h + d

@@ -64,3 +64,82 @@ def test_both_experiments_profile_op_by_op_with_the_provenance_classifier():
     from kernels._provenance import triton_kernel_names
 
     assert triton_kernel_names(("README.md", "../kernels/x.py", "kernels/rotary.py")) == {"_rotary_qkv_kernel"}
+
+
+# --------------------------------------------------------------------------------------------------------
+# gemlite's blocks: the peer of the lab's quantised blocks
+# --------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("experiment", [BLOCK, GRAPHED])
+def test_gemlite_blocks_are_peers_of_the_quantised_lab_blocks(experiment):
+    """Each quantised lab profile has a gemlite profile beside it: same byte model and tolerance, gemlite
+    named as the source of exactly the four projections, the same peer requirement, decode only."""
+    import torch
+
+    suffix = "-graph" if experiment is GRAPHED else ""
+    decode = next(c for c in experiment.cases if dec.is_decode(c))
+    for quant in ("int8", "int4"):
+        lab, peer = _profile(experiment, f"lab-{quant}{suffix}"), _profile(experiment, f"gemlite-{quant}{suffix}")
+        assert peer.requires == "gemlite" and lab.requires is None
+        assert peer.tolerance == lab.tolerance == {"int8": dec.INT8_TOLERANCE, "int4": dec.INT4_TOLERANCE}[quant]
+        assert peer.bytes_moved(decode, torch.bfloat16) == lab.bytes_moved(decode, torch.bfloat16) \
+            == dec.bytes_moved(decode, torch.bfloat16, quant=quant)
+        plan = peer.plan(decode, torch.bfloat16)
+        gemlite_ops = sorted(label for label, source in plan.items() if source.startswith("gemlite:"))
+        assert gemlite_ops == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"], plan
+        assert "experiments/dequant_linear_decode.py" in peer.sources  # gemlite's packing lives there
+        if not torch.cuda.is_available():
+            assert "CUDA" in peer.unsupported(decode, torch.bfloat16)
+
+
+def test_gemlite_blocks_decline_prefill_with_the_reason(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    prefill = next(c for c in BLOCK.cases if not dec.is_decode(c))
+    decode = next(c for c in BLOCK.cases if dec.is_decode(c))
+    for quant in ("int8", "int4"):
+        peer = _profile(BLOCK, f"gemlite-{quant}")
+        assert "decode only" in peer.unsupported(prefill, torch.bfloat16)
+        assert peer.unsupported(decode, torch.bfloat16) is None
+
+
+def test_the_gemlite_block_runs_each_projection_on_its_own_quantised_weights(monkeypatch, device):
+    """With gemlite's layer stood in for by an exact dequantise-and-multiply, the gemlite block computes the
+    plain block on the lab block's dequantised weights: a projection given another projection's weights, or
+    the rows reshaped wrongly, misses by O(1)."""
+    import torch
+
+    from experiments import dequant_linear_decode
+    from kernels.decoder_block import LabDecoderBlock
+    from kernels.quantize import dequantize_int4, dequantize_int8
+    from kernels.reference_decoder import DecoderBlock, DecoderConfig, DecoderWeights, KVCache
+
+    config = DecoderConfig(hidden=128, n_heads=2, n_kv_heads=1, head_dim=64, intermediate=256)
+    seen = []
+
+    def stand_in(x, weight, scales, **_):
+        seen.append(weight.data_ptr())
+        assert x.dim() == 2
+        if weight.dtype == torch.int8:
+            w = dequantize_int8(weight, scales, dtype=torch.float64)
+        else:
+            w = dequantize_int4(weight, scales, group_size=128, dtype=torch.float64)
+        return (x.double() @ w.T).to(x.dtype)
+
+    monkeypatch.setattr(dequant_linear_decode, "gemlite_linear", stand_in)
+    weights = DecoderWeights.random(config, torch.bfloat16, device, 3)
+    for quant in ("int8", "int4"):
+        lab = LabDecoderBlock(weights, config, quant=quant, decode_attention="sdpa", group_size=128)
+        peer = dec.GemliteDecoderBlock(weights, lab)
+        plain = DecoderBlock(lab.effective_weights(torch.float64), config)  # float64, on the same weights
+        gen = torch.Generator().manual_seed(4)
+        x = torch.randn(3, 1, config.hidden, generator=gen, dtype=torch.float64)
+        k, v = (torch.randn(3, 1, 9, 64, generator=gen, dtype=torch.float64) for _ in range(2))
+        seen.clear()
+        out = peer.decode(x.to(device, torch.bfloat16), KVCache(k.to(device, torch.bfloat16), v.to(device, torch.bfloat16)), 8)
+        ref = plain.decode(x.to(device), KVCache(k.clone().to(device), v.clone().to(device)), 8)
+        assert sorted(seen) == sorted(w.data_ptr() for w, _ in lab.projections.values())
+        err = (out.double() - ref).norm() / ref.norm()
+        assert err < 2.5e-2, f"{quant}: relative error {err:.3e}"

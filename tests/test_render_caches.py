@@ -79,6 +79,44 @@ def test_a_drawn_figure_is_kept_and_given_back_as_drawn(tmp_path, monkeypatch):
     plt.close("all")
 
 
+def test_committed_plots_seed_an_empty_cache_by_the_key_they_name(tmp_path, monkeypatch):
+    """A plot drawn once names its key on its second line; a checkout with an empty cache takes it from the
+    committed folder instead of drawing. A committed file naming another key, or none, is never taken."""
+    import matplotlib.pyplot as plt
+
+    cache, plots = tmp_path / "cache", tmp_path / "plots"
+    plots.mkdir()
+    monkeypatch.setenv("KERNEL_LAB_PLOT_CACHE", str(cache))
+    monkeypatch.setattr(svg_cache, "COMMITTED", plots)
+
+    def never(_fig):
+        raise AssertionError("drawn again")
+
+    with plt.rc_context(plot_style.STYLE):
+        name = svg_cache.key(_figure())
+        drawn = plot_style.svg(_figure())
+        assert drawn.splitlines()[1] == f"<!-- kernel-lab plot {name} -->"
+        assert drawn.startswith("<?xml") and "<svg" in drawn
+        (plots / "a.svg").write_text(drawn, encoding="utf-8")
+        other = svg_cache.with_key(plot_style._draw(_figure(label="other")), "0" * 64)
+        (plots / "b.svg").write_text(other, encoding="utf-8")
+        (plots / "c.svg").write_text(plot_style._draw(_figure(label="third")), encoding="utf-8")  # no key
+        for entry in cache.iterdir():
+            entry.unlink()
+        svg_cache._index.cache_clear()
+        assert svg_cache.committed() == {name: plots / "a.svg", "0" * 64: plots / "b.svg"}
+        assert svg_cache.drawn(_figure(), never) == drawn, "taken from the committed plot, not drawn"
+        assert [p.name for p in cache.iterdir()] == [f"{name}.svg"], "and kept in the cache"
+        third = svg_cache.drawn(_figure(label="third"), plot_style._draw)
+        assert "third" in third and third.splitlines()[1].startswith("<!-- kernel-lab plot ")
+        # A committed file changed after its key was read is checked again before it is used.
+        (plots / "a.svg").write_text(other, encoding="utf-8")
+        (cache / f"{name}.svg").unlink()
+        assert svg_cache.drawn(_figure(), plot_style._draw) == drawn
+    svg_cache._index.cache_clear()
+    plt.close("all")
+
+
 def test_without_the_cache_or_for_a_figure_that_cannot_be_pickled_the_figure_is_drawn(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter

@@ -16,6 +16,10 @@ SHA-256 of:
 
 A figure that cannot be pickled is drawn as before. The entries are text this code wrote; nothing is
 unpickled. KERNEL_LAB_PLOT_CACHE=off turns the cache off; a folder path there moves it.
+
+Every SVG drawn this way names its key in a comment on its second line, so the plots committed under
+docs/assets/plots/ seed an empty cache: a fresh checkout renders the figures the repository already holds
+without drawing them again (a figure, its settings and this code give one SVG, wherever it was drawn).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import copyreg
 import hashlib
 import io
 import pickle
+import re
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -37,6 +42,8 @@ from lab import cache_folder
 from lab.evidence.store import replace_text
 
 PUBLISH = Path(__file__).resolve().parent
+COMMITTED = PUBLISH.parents[1] / "docs" / "assets" / "plots"  # the repository's drawn plots
+_KEY_LINE = re.compile(rb"<!-- kernel-lab plot ([0-9a-f]{64}) -->")
 
 
 @cache
@@ -78,6 +85,48 @@ def key(fig) -> str | None:
     return digest.hexdigest()
 
 
+def with_key(text: str, name: str) -> str:
+    """The SVG text with its key in a comment after the XML declaration (or first, without one)."""
+    line = f"<!-- kernel-lab plot {name} -->\n"
+    if text.startswith("<?xml"):
+        end = text.find("\n") + 1
+        return text[:end] + line + text[end:] if end else text + "\n" + line
+    return line + text
+
+
+def committed() -> dict[str, Path]:
+    """Key -> SVG file among the committed plots (COMMITTED) whose second line names the key this module wrote."""
+    return _index(COMMITTED)
+
+
+@cache
+def _index(folder: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.svg")) if folder.is_dir() else ():
+        try:
+            with open(path, "rb") as f:
+                head = f.read(300)
+        except OSError:
+            continue
+        if (match := _KEY_LINE.search(head)) is not None:
+            found[match.group(1).decode()] = path
+    return found
+
+
+def _kept(name: str, entry: Path) -> str | None:
+    """The SVG drawn before for key `name`: the cache's entry, else a committed plot naming the key."""
+    for path in (entry, committed().get(name)):
+        if path is None:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if f"<!-- kernel-lab plot {name} -->" in text[:300]:
+            return text
+    return None
+
+
 def drawn(fig, draw: Callable[[object], str]) -> str:
     """draw(fig), or the SVG it gave for the same figure, settings and code before."""
     where = folder()
@@ -85,14 +134,19 @@ def drawn(fig, draw: Callable[[object], str]) -> str:
     if name is None:
         return draw(fig)
     entry = where / f"{name}.svg"
-    try:
-        return entry.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        pass
-    text = draw(fig)
+    text = _kept(name, entry)
+    if text is not None:
+        if not entry.is_file():
+            _keep(where, entry, text)
+        return text
+    text = with_key(draw(fig), name)
+    _keep(where, entry, text)
+    return text
+
+
+def _keep(where: Path, entry: Path, text: str) -> None:
     try:
         where.mkdir(parents=True, exist_ok=True)
         replace_text(entry, text)  # whole or not at all
     except OSError:
         pass  # a cache that cannot be written costs time, never the plot
-    return text

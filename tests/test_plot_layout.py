@@ -67,15 +67,15 @@ def _attention():
     return _experiment("triton-fused", others), syn.run(points)
 
 
-def _decoder():
-    """Nine cases, five profiles; lab-int8 and lab-int4 decline the four prefill cases."""
-    others = ("torch-eager", "torch.compile", "lab-int8", "lab-int4")
+def _decoder(others=("torch-eager", "torch.compile", "lab-int8", "lab-int4")):
+    """Nine cases, five profiles; lab-int8 and lab-int4 decline the four prefill cases (with gemlite's two
+    beside them, seven profiles, the peers declining prefill as well)."""
     points = []
     for i, case in enumerate(DECODER_CASES):
         base = 12.0 / (i + 1) if case.startswith("prefill") else 0.1 + 0.05 * i
         results = {"lab": syn.timed([base, base * 1.01])}
         for k, name in enumerate(others):
-            if name.startswith("lab-int") and case.startswith("prefill"):
+            if name.startswith(("lab-int", "gemlite-int")) and case.startswith("prefill"):
                 results[name] = _unsupported()
             else:
                 results[name] = syn.timed([base * (1.1 + 0.1 * k), base * (1.12 + 0.1 * k)])
@@ -244,14 +244,20 @@ def _with_breakdowns(run):
     return replace(run, points=tuple(points))
 
 
-def test_the_breakdown_is_a_compact_grid_under_its_legend(figures):
-    experiment, run = _decoder()
+@pytest.mark.parametrize("others", [("torch-eager", "torch.compile", "lab-int8", "lab-int4"),
+                                    ("torch-eager", "torch.compile", "lab-int8", "gemlite-int8", "lab-int4",
+                                     "gemlite-int4")])
+def test_the_breakdown_is_a_compact_grid_under_its_legend(figures, others):
+    experiment, run = _decoder(others)
     breakdown.render_breakdown_plot(experiment, _with_breakdowns(run), "float32", "H100")
     (fig,) = figures
     _check_readable(fig)
     panels = [a for a in fig.axes if a.get_visible()]
     assert len(panels) == 9
     assert fig.get_figheight() * 96 <= 1600
+    names = _ticks(panels[0], "y")
+    assert [t.get_text() for t in names] == ["lab", *others] or len(names) == len(others) + 1
+    assert not _overlapping(names), _overlapping(names)
     legend = _legend_texts(fig)
     assert "op_0" in legend and "projections (matmul)" in legend and "eager-call median (lower bar)" in legend
     (box,) = [legend.get_window_extent() for legend in fig.legends]

@@ -276,7 +276,7 @@ def _eager_slower(experiment: Experiment, run: RunRecord, point: Point) -> dict 
 PAIR_IN = 0.34  # inches per profile in a panel: its GPU-time bar over its eager-call bar
 SINGLE_IN = 0.26  # inches per profile where no profile has an eager-call breakdown
 BAR = 0.4  # a bar's thickness in rows where two share a row
-LABEL_IN = STYLE["font.size"] * 1.25 / 72  # the least height of a profile's row: its name's line
+LABEL_IN = STYLE["font.size"] * 1.5 / 72  # the least height of a profile's row: its name's line
 
 
 def _panel_grid(cases: int) -> tuple[int, int]:
@@ -359,15 +359,13 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
         def height(rows: int, per: float) -> float:  # a panel: its profiles' rows, its title and its ticks
             return head + rows * (per * len(names) + 0.72)
 
-        # Many cases and profiles: first more panels to a row, then thinner bars, but never rows thinner than
-        # a profile's name (LABEL_IN); only then may the figure pass MAX_HEIGHT_IN.
-        while columns < 3 and height(grid_rows, LABEL_IN) > MAX_HEIGHT_IN:
-            columns += 1
-            grid_rows = -(-len(points) // columns)
+        # Many cases and profiles: thinner bars, but never rows thinner than a profile's name (LABEL_IN), so
+        # only then may the figure pass MAX_HEIGHT_IN (narrower panels would shrink every text on a phone).
         if height(grid_rows, per_profile) > MAX_HEIGHT_IN:
             per_profile = max(LABEL_IN, ((MAX_HEIGHT_IN - head) / grid_rows - 0.72) / len(names))
         panel = per_profile * len(names) + 0.72
-        fig, axes = figure(head + grid_rows * panel, grid_rows, columns, sharey=True)
+        total = head + grid_rows * panel  # past MAX_HEIGHT_IN only where rows are at LABEL_IN
+        fig, axes = figure(total, grid_rows, columns, max_height=max(MAX_HEIGHT_IN, total), sharey=True)
         try:
             for ax, point in zip(axes.flat, points):
                 for row, name in enumerate(names):
@@ -380,8 +378,8 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
                             _eager_bar(ax, row + BAR / 2, BAR, result, colours)
                     else:
                         _gpu_time_bar(ax, row, 0.6, result, colours)
-                ax.set_title(plain(point.case), fontsize=STYLE["font.size"] * (1 if columns < 3 else 0.8))
-                ax.xaxis.set_major_locator(MaxNLocator(4 if columns < 3 else 2))  # three to a row: narrower
+                ax.set_title(plain(point.case), fontsize=STYLE["font.size"])
+                ax.xaxis.set_major_locator(MaxNLocator(4))
                 ax.xaxis.set_major_formatter(number_format())
                 ax.grid(axis="y", visible=False)
                 ax.tick_params(axis="y", length=0)

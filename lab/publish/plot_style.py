@@ -133,9 +133,9 @@ def value_axis(ax, which: str, values: Sequence[float]) -> bool:
     return logged
 
 
-def figure(height: float, rows: int = 1, cols: int = 1, **kwargs):
-    """A figure FIG_WIDTH wide and `height` tall (at most MAX_HEIGHT_IN), laid out by the constrained layout."""
-    return plt.subplots(rows, cols, figsize=(FIG_WIDTH, min(height, MAX_HEIGHT_IN)), layout="constrained",
+def figure(height: float, rows: int = 1, cols: int = 1, max_height: float = MAX_HEIGHT_IN, **kwargs):
+    """A figure FIG_WIDTH wide and `height` tall (at most max_height), laid out by the constrained layout."""
+    return plt.subplots(rows, cols, figsize=(FIG_WIDTH, min(height, max_height)), layout="constrained",
                         squeeze=False, **kwargs)
 
 

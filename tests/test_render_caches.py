@@ -79,6 +79,30 @@ def test_a_drawn_figure_is_kept_and_given_back_as_drawn(tmp_path, monkeypatch):
     plt.close("all")
 
 
+def test_a_figure_keeps_its_key_whatever_interpolation_steps_its_gridlines_got():
+    """matplotlib gives a gridline's path 180 interpolation steps, or 1 where the line was recached before
+    (which depends on what the process drew earlier): the same figure built later in a process must keep
+    its key, or a render's second pass writes a plot whose key line differs. Steps bend a path only under a
+    non-affine transform (polar axes), which no figure here has."""
+    import matplotlib.pyplot as plt
+
+    def gridded(steps=None, top=None):
+        fig = _figure()
+        fig.axes[0].grid(True)
+        if top is not None:
+            fig.axes[0].set_ylim(0, top)
+        lines = fig.axes[0].get_ygridlines()
+        assert {line.get_path()._interpolation_steps for line in lines} == {180}
+        for line in lines if steps else ():
+            line.get_path()._interpolation_steps = steps
+        return fig
+
+    with plt.rc_context(plot_style.STYLE):
+        assert svg_cache.key(gridded()) == svg_cache.key(gridded(steps=1))
+        assert svg_cache.key(gridded()) != svg_cache.key(gridded(top=5)), "a real change still changes the key"
+    plt.close("all")
+
+
 def test_committed_plots_seed_an_empty_cache_by_the_key_they_name(tmp_path, monkeypatch):
     """A plot drawn once names its key on its second line; a checkout with an empty cache takes it from the
     committed folder instead of drawing. A committed file naming another key, or none, is never taken."""

@@ -36,6 +36,7 @@ from pathlib import Path
 import matplotlib
 import numpy
 from matplotlib.figure import Figure
+from matplotlib.path import Path as MplPath
 from matplotlib.transforms import TransformNode
 
 from lab import cache_folder
@@ -67,6 +68,13 @@ class _KeyPickler(pickle.Pickler):
         if isinstance(obj, (TransformNode, Figure)):
             state = obj.__getstate__()
             state.pop("_parents" if isinstance(obj, TransformNode) else "_number", None)
+            return copyreg.__newobj__, (type(obj),), state
+        if isinstance(obj, MplPath):
+            # matplotlib shares some unit paths between artists and sets a gridline's interpolation steps on
+            # the one it holds, so the same figure pickled later in a process can carry 180 where it carried 1.
+            # Steps only bend a path under a non-affine transform (polar axes), which no figure here has.
+            state = dict(vars(obj))
+            state.pop("_interpolation_steps", None)
             return copyreg.__newobj__, (type(obj),), state
         return NotImplemented
 

@@ -68,7 +68,7 @@ case "$job" in
     test)
         setup
         ensure_chromium
-        "$PY" -m pytest -n "${KERNEL_LAB_TEST_WORKERS:-2}" --dist loadgroup "$@"
+        "$PY" -m pytest -n "${KERNEL_LAB_TEST_WORKERS:-2}" "$@"
         ;;
     serve)
         setup

@@ -29,8 +29,6 @@ from lab.publish import escape
 from lab.publish.render import _jinja
 from sitetools import load_tool, require_vendored_assets
 
-pytestmark = pytest.mark.xdist_group("hostile-site")  # one worker builds the hostile site once
-
 build_results = load_tool("build_results")
 
 SECRET = "SECRET-GIT-CONFIG-0451"

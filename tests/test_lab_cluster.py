@@ -31,8 +31,6 @@ from lab.publish.formatting import host_label
 from lab.measure.cluster import ClusterError, plan_tasks, probe, resolve_address, split_address
 from lab.measure.environment import command_line, git_state
 
-pytestmark = pytest.mark.xdist_group("ray")  # one worker starts the module's Ray once
-
 FIXTURES = Path(__file__).parent / "fixtures" / "lab"
 sys.path.insert(0, str(FIXTURES))
 

@@ -33,8 +33,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from sitetools import build_site, shared_site
 
-# One worker opens the browser and gathers `observed` (about 100 s): the module runs as one xdist group.
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("site-browser")]
+pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

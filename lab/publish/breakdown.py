@@ -355,17 +355,12 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
     with plt.rc_context(STYLE):
         per_profile = PAIR_IN if eager else SINGLE_IN
         head = header_height(labels) + 0.45  # title, legend, the shared axis label
-
-        def height(rows: int, per: float) -> float:  # a panel: its profiles' rows, its title and its ticks
-            return head + rows * (per * len(names) + 0.72)
-
-        # Many cases and profiles: thinner bars, but never rows thinner than a profile's name (LABEL_IN), so
-        # only then may the figure pass MAX_HEIGHT_IN (narrower panels would shrink every text on a phone).
-        if height(grid_rows, per_profile) > MAX_HEIGHT_IN:
+        panel = per_profile * len(names) + 0.72  # a panel's rows, its title and its ticks
+        if head + grid_rows * panel > MAX_HEIGHT_IN:  # many cases: thinner bars, never thinner than a name
             per_profile = max(LABEL_IN, ((MAX_HEIGHT_IN - head) / grid_rows - 0.72) / len(names))
-        panel = per_profile * len(names) + 0.72
-        total = head + grid_rows * panel  # past MAX_HEIGHT_IN only where rows are at LABEL_IN
-        fig, axes = figure(total, grid_rows, columns, max_height=max(MAX_HEIGHT_IN, total), sharey=True)
+            panel = per_profile * len(names) + 0.72
+        total = head + grid_rows * panel  # past MAX_HEIGHT_IN only where the names need it
+        fig, axes = figure(total, grid_rows, columns, max_height=total, sharey=True)
         try:
             for ax, point in zip(axes.flat, points):
                 for row, name in enumerate(names):

@@ -70,9 +70,9 @@ class _KeyPickler(pickle.Pickler):
             state.pop("_parents" if isinstance(obj, TransformNode) else "_number", None)
             return copyreg.__newobj__, (type(obj),), state
         if isinstance(obj, MplPath):
-            # matplotlib shares some unit paths between artists and sets a gridline's interpolation steps on
-            # the one it holds, so the same figure pickled later in a process can carry 180 where it carried 1.
-            # Steps only bend a path under a non-affine transform (polar axes), which no figure here has.
+            # matplotlib gives a gridline's path 180 interpolation steps, or 1 where the line was recached
+            # before, which depends on what the process drew earlier. Steps only bend a path under a
+            # non-affine transform (polar axes), which no figure here has.
             state = dict(vars(obj))
             state.pop("_interpolation_steps", None)
             return copyreg.__newobj__, (type(obj),), state
@@ -93,9 +93,13 @@ def key(fig) -> str | None:
     return digest.hexdigest()
 
 
+def _key_line(name: str) -> str:
+    return f"<!-- kernel-lab plot {name} -->"
+
+
 def with_key(text: str, name: str) -> str:
     """The SVG text with its key in a comment after the XML declaration (or first, without one)."""
-    line = f"<!-- kernel-lab plot {name} -->\n"
+    line = _key_line(name) + "\n"
     if text.startswith("<?xml"):
         end = text.find("\n") + 1
         return text[:end] + line + text[end:] if end else text + "\n" + line
@@ -130,7 +134,7 @@ def _kept(name: str, entry: Path) -> str | None:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        if f"<!-- kernel-lab plot {name} -->" in text[:300]:
+        if _key_line(name) in text[:300]:
             return text
     return None
 
@@ -143,12 +147,11 @@ def drawn(fig, draw: Callable[[object], str]) -> str:
         return draw(fig)
     entry = where / f"{name}.svg"
     text = _kept(name, entry)
-    if text is not None:
-        if not entry.is_file():
-            _keep(where, entry, text)
+    if text is None:
+        text = with_key(draw(fig), name)
+    elif entry.is_file():
         return text
-    text = with_key(draw(fig), name)
-    _keep(where, entry, text)
+    _keep(where, entry, text)  # drawn now, or taken from a committed plot
     return text
 
 

@@ -62,6 +62,8 @@ host_alias, published_record, PublishedRecord = _records.host_alias, _records.pu
 linked_records, record_files = _records.linked_records, _records.record_files
 records_url, link_record_paths = _records.records_url, _records.link_record_paths
 
+_plain_text = _load_tool("markdown_plain_text")
+
 # A notebook page's inline stylesheets this long or longer are served as files (shared_styles), under this folder
 # of the site.
 INLINE_STYLE = re.compile(r'<style type="text/css">(.*?)</style>', re.DOTALL)
@@ -110,6 +112,9 @@ def on_config(config):
     records = root / RECORDS_DIR
     if records.is_dir() and str(records) not in config.watch:
         config.watch.append(str(records))  # `mkdocs serve` reloads when a run is recorded
+    # Plain text skips Python-Markdown's inline patterns: the same HTML, the evidence pages built sooner.
+    if not any(isinstance(ext, _plain_text.PlainTextExtension) for ext in config.markdown_extensions):
+        config.markdown_extensions.append(_plain_text.PlainTextExtension())
     vendor = _load_tool("vendor_assets")
     missing = vendor.missing(Path(config.docs_dir) / "assets" / "vendor")
     if missing:

@@ -20,6 +20,7 @@ import torch
 
 from experiments.spec import COMPUTE, MEMORY, Case, Profile
 from kernels._provenance import triton_kernel_names
+from kernels.dequant_linear import int4_gluon_refusal
 from kernels.decoder_block import FUSED_QKV_MAX_ROWS, LabDecoderBlock, sources_for
 from kernels.reference_decoder import LLAMA_8B, REFERENCE_SOURCES, DecoderBlock, DecoderWeights, KVCache
 
@@ -42,7 +43,7 @@ LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kern
                "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py", "kernels/_gemv.py",
                "kernels/attention.py", "kernels/attention_kernels.py", "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
                "kernels/_checks.py")
-QUANT_SOURCES = LAB_SOURCES + ("kernels/dequant_linear.py", "kernels/quantize.py")
+QUANT_SOURCES = LAB_SOURCES + ("kernels/dequant_linear.py", "kernels/int4_gluon.py", "kernels/quantize.py")
 # gemlite's blocks: the plain block, its projections packed by gemlite from the lab's quantised values
 # (experiments/dequant_linear_decode.py packs them, as on that experiment's pages).
 GEMLITE_SOURCES = BLOCK_SOURCES + ("kernels/quantize.py", "experiments/dequant_linear_decode.py")
@@ -176,13 +177,14 @@ def _weights(dtype: torch.dtype, device: str) -> DecoderWeights:
 
 class GemliteDecoderBlock(DecoderBlock):
     """The plain-PyTorch block with its four projections through gemlite's weight-only layers, built from the
-    quantised weights of a lab block (`quantised.projections`: the very values lab-int8 or lab-int4 multiply
-    by), so the two quantised blocks differ only in the projections' kernels. gemlite's layers run on CUDA."""
+    quantised weights of a lab block (`quantised.quantised_projections()`: the very values lab-int8 or lab-int4
+    multiply by, in kernels/quantize.py's layout), so the two quantised blocks differ only in the projections'
+    kernels. gemlite's layers run on CUDA."""
 
     def __init__(self, weights: DecoderWeights, quantised: LabDecoderBlock):
         super().__init__(weights, quantised.config)
         self.quant = quantised.quant
-        self.projections = quantised.projections
+        self.projections = quantised.quantised_projections()
 
     def _linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
         from experiments.dequant_linear_decode import gemlite_linear
@@ -323,7 +325,13 @@ def op_sources(kind: str, case: Case) -> dict[str, str]:
     """Which implementation serves each op of the lab's block at this case (recorded as the profile's plan)."""
     quant = {"lab": None, "lab-int8": "int8", "lab-int4": "int4"}[kind]
     return dict(sources_for(quant, DECODE_ATTENTION, "decode" if is_decode(case) else "prefill",
-                            rows=case["B"] * case["S"]))
+                            rows=case["B"] * case["S"], int4_impl=int4_impl() if quant == "int4" else "triton"))
+
+
+def int4_impl(dtype: torch.dtype = torch.bfloat16) -> str:
+    """The int4 kernel LabDecoderBlock's default (int4_impl="auto") picks on this machine's GPU."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return "gluon" if int4_gluon_refusal(device, dtype) is None else "triton"
 
 
 def _source_name(source: str) -> str:

@@ -12,7 +12,7 @@ from experiments._margins import measured_margin
 from experiments.spec import PARITY, READ, Case, Claim, Experiment, Profile
 from kernels import reference
 from kernels._gemv import device_sm_count
-from kernels.dequant_linear import int4_linear, int8_linear, plan_dequant_linear
+from kernels.dequant_linear import int4_gluon_refusal, int4_linear, int8_linear, plan_dequant_linear, prepack_int4
 from kernels.quantize import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 
 GROUP = 128
@@ -22,7 +22,11 @@ NK = ((4096, 4096), (12288, 4096), (14336, 4096), (11007, 4096))
 # tinygemm's packing: innerKTiles 8 asks K to be a multiple of 8 * 16.
 INNER_K_TILES = 8
 
-LAB_SOURCES = ("kernels/dequant_linear.py", "kernels/quantize.py", "kernels/_gemv.py", "kernels/_checks.py")
+LAB_SOURCES = ("kernels/dequant_linear.py", "kernels/int4_gluon.py", "kernels/quantize.py", "kernels/_gemv.py",
+               "kernels/_checks.py")
+# The lab's int4 subject runs the Gluon kernel (kernels/int4_gluon.py, on prepack_int4's weight) where it can run
+# and for M up to this; the Triton kernel elsewhere (other GPUs, the interpreter, M = 64).
+GLUON_MAX_M = 16
 TORCH_SOURCES = ("kernels/quantize.py",)
 
 # ‖out − ref‖ / ‖ref‖ against float64 dequantise-then-matmul of the same quantised weights. The lab's kernel
@@ -60,7 +64,8 @@ def flops(case: Case, dtype: torch.dtype) -> int:
 
 def make_inputs(case: Case, dtype: torch.dtype, device: str, gen: torch.Generator):
     """x ~ N(0, 1); W ~ N(0, 1/K) quantised by kernels/quantize.py (scales in bf16). int4 cases on CUDA also
-    carry the same weights in tinygemm's layout (u = q + 8 with zero points 0), prepared outside the clock."""
+    carry the same weights in tinygemm's layout (u = q + 8 with zero points 0), prepared outside the clock, and
+    where the lab's Gluon kernel serves the case (_int4_impl) in prepack_int4's order as well."""
     m, n, k, bits = case["M"], case["N"], case["K"], case["BITS"]
     x = torch.randn(m, k, generator=gen, dtype=torch.float32).to(device=device, dtype=dtype)
     w = (torch.randn(n, k, generator=gen, dtype=torch.float32) / k**0.5).to(device=device, dtype=dtype)
@@ -69,6 +74,8 @@ def make_inputs(case: Case, dtype: torch.dtype, device: str, gen: torch.Generato
         return {"x": x, "weight": weight, "scales": scales}
     weight, scales = quantize_int4(w, GROUP)
     inputs = {"x": x, "weight": weight, "scales": scales}
+    if _int4_impl(case, dtype, torch.device(device)) == "gluon":
+        inputs["prepacked"] = prepack_int4(weight, scales, GROUP)
     if torch.device(device).type == "cuda" and n % 8 == 0:  # tinygemm's packing needs N in multiples of 8
         q = reference.unpack_int4_reference(weight, GROUP)
         u = (q + 8).to(torch.int32)
@@ -85,9 +92,17 @@ def float64_reference(x, weight, scales, **_):
     return reference.int4_linear_reference(x.double(), weight, scales.double(), GROUP)
 
 
-def lab_kernel(x, weight, scales, **_):
+def _int4_impl(case: Case, dtype: torch.dtype, device: torch.device) -> str:
+    """The lab's int4 kernel for this case: "gluon" on a GPU it runs on for M <= GLUON_MAX_M, else "triton"."""
+    gluon = case["BITS"] == 4 and case["M"] <= GLUON_MAX_M and int4_gluon_refusal(device, dtype) is None
+    return "gluon" if gluon else "triton"
+
+
+def lab_kernel(x, weight, scales, prepacked=None, **_):
     if weight.dtype == torch.int8:
         return int8_linear(x, weight, scales)
+    if prepacked is not None:
+        return int4_linear(x, prepacked)
     return int4_linear(x, weight, scales, GROUP)
 
 
@@ -146,7 +161,13 @@ def gemlite_linear(x, weight, scales, **_):
 def lab_plan(case: Case, dtype: torch.dtype) -> dict:
     """The plan int4_linear / int8_linear run for this case on this machine's GPU (its SM count)."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return plan_dequant_linear(case["BITS"], case["M"], case["N"], case["K"], GROUP, device_sm_count(device)).as_dict()
+    if _int4_impl(case, dtype, device) == "gluon":
+        from kernels.int4_gluon import plan_int4_gluon
+
+        return {"impl": "gluon", "form": "dot", **plan_int4_gluon(case["M"], case["N"], case["K"], GROUP,
+                                                  sm_count=device_sm_count(device))}
+    plan = plan_dequant_linear(case["BITS"], case["M"], case["N"], case["K"], GROUP, device_sm_count(device))
+    return {"impl": "triton", **plan.as_dict()}
 
 
 def _only(bits: int):

@@ -65,7 +65,7 @@ import torch.nn.functional as F
 from kernels._checks import check_device
 from kernels.add_rmsnorm import MAX_H, add_rmsnorm
 from kernels.attention import HEAD_DIMS, attention
-from kernels.dequant_linear import DOT_MAX_M, int4_linear, int8_linear
+from kernels.dequant_linear import DOT_MAX_M, INT4_IMPLS, int4_gluon_refusal, int4_linear, int8_linear, prepack_int4
 from kernels.kv_cache import KVCache
 from kernels.quantize import GROUP_SIZES, dequantize_int4, dequantize_int8, quantize_int4, quantize_int8
 from kernels.reference_decoder import DecoderConfig, DecoderWeights, op_label, rotary, rotary_inv_freq, rotary_tables
@@ -83,6 +83,8 @@ PROJECTIONS = ("w_qkv", "w_o", "w_gate_up", "w_down")
 _INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 _LAB_DEQUANT = "lab: kernels/dequant_linear.py ({}_linear)"
+# int4 on Hopper: the weights prepacked at construction for the Gluon kernel (16 rows a launch).
+_LAB_INT4_GLUON = "lab: kernels/int4_gluon.py (int4_linear on prepacked weights, Gluon)"
 _COMMON = {
     "rotary": "lab: kernels/rotary.py",
     "rotary+kv_cache_write": "lab: kernels/rotary.py (writes k and v into the cache)",
@@ -107,10 +109,12 @@ def _check_choice(op: str, name: str, value, accepted: tuple) -> None:
 
 
 def sources_for(quant: str | None = None, decode_attention: str = "lab", phase: str = "decode",
-                rows: int = 1) -> dict[str, str]:
+                rows: int = 1, int4_impl: str = "triton") -> dict[str, str]:
     """Op label -> where the op comes from, for the labels a call of `phase` over `rows` tokens (B * S) runs,
-    in the order they run (a prefill given a cache runs rotary+kv_cache_write in place of rotary)."""
+    in the order they run (a prefill given a cache runs rotary+kv_cache_write in place of rotary). int4_impl:
+    the int4 kernel, "triton" (kernels/dequant_linear.py) or "gluon" (kernels/int4_gluon.py)."""
     _check_choice("sources_for", "quant", quant, QUANT)
+    _check_choice("sources_for", "int4_impl", int4_impl, INT4_IMPLS)
     _check_choice("sources_for", "decode_attention", decode_attention, DECODE_ATTENTION)
     _check_choice("sources_for", "phase", phase, PHASES)
     if quant is None:
@@ -121,7 +125,7 @@ def sources_for(quant: str | None = None, decode_attention: str = "lab", phase: 
             head = {"attn_norm": "torch: F.rms_norm",
                     "qkv_proj": _PREFILL_QKV if phase == "prefill" else _WIDE_DECODE_QKV}
     else:
-        projection = _LAB_DEQUANT.format(quant)
+        projection = _LAB_INT4_GLUON if quant == "int4" and int4_impl == "gluon" else _LAB_DEQUANT.format(quant)
         head = {"attn_norm": "torch: F.rms_norm", "qkv_proj": projection}
     attention_source = _COMMON["attention"]
     if phase == "decode" and decode_attention == "sdpa":
@@ -219,6 +223,9 @@ class LabDecoderBlock(torch.nn.Module):
     TRITON_INTERPRET=1); config.head_dim 64 or 128. quant: None, "int8" (per output channel) or "int4"
     (groups of `group_size` inputs, one of 32, 64, 128, 256 dividing hidden and intermediate): every
     projection weight is quantised once, here (kernels/quantize.py), and only the quantised weights are kept.
+    int4_impl: "auto" (the Gluon kernel where kernels.dequant_linear.int4_gluon_refusal finds none: a Hopper
+    GPU), "gluon" (ValueError where it cannot run) or "triton": with Gluon, the int4 weights are kept only in
+    prepack_int4's order; `int4_impl` then says "gluon" and `quantised_projections()` gives the plain pairs.
     decode_attention: "lab" (kernels/attention.py with one query) or "sdpa" (torch's) at decode; prefill
     always runs the lab's attention. Inference only: no gradients.
 
@@ -230,7 +237,7 @@ class LabDecoderBlock(torch.nn.Module):
     """
 
     def __init__(self, weights: DecoderWeights, config: DecoderConfig, *, quant: str | None = None,
-                 decode_attention: str = "lab", group_size: int = 128):
+                 decode_attention: str = "lab", group_size: int = 128, int4_impl: str = "auto"):
         super().__init__()
         op = "LabDecoderBlock"
         if not isinstance(weights, DecoderWeights):
@@ -242,6 +249,11 @@ class LabDecoderBlock(torch.nn.Module):
         if quant == "int4":
             _check_group_size(op, group_size, config)
         check_device(op, *weights.tensors().values())
+        _check_choice(op, "int4_impl", int4_impl, ("auto", ) + INT4_IMPLS)
+        refusal = int4_gluon_refusal(weights.device, weights.dtype) if quant == "int4" else "not int4"
+        if int4_impl == "gluon" and refusal is not None:
+            raise ValueError(f"{op}: int4_impl='gluon' cannot run here: {refusal}.")
+        self.int4_impl = "gluon" if int4_impl != "triton" and refusal is None else "triton"
         self.config, self.quant, self.decode_attention, self.group_size = config, quant, decode_attention, group_size
         self.dtype = weights.dtype
         self.attn_norm = weights.attn_norm.contiguous()
@@ -249,7 +261,7 @@ class LabDecoderBlock(torch.nn.Module):
         self.inv_freq = rotary_inv_freq(config, weights.device, torch.float32)
         self.inv_half = self.inv_freq[:config.head_dim // 2].contiguous()  # the rotary kernel's [D/2]
         self._checked: set[tuple] = set()  # layouts of decode steps that passed check_decoder_inputs
-        # Projection name -> its weight [N, K] (quant None) or (quantised weight, scales).
+        # Projection name -> its weight [N, K] (quant None), (quantised weight, scales), or (prepacked int4,).
         self.projections = {name: self._prepare(getattr(weights, name)) for name in PROJECTIONS}
 
     def _prepare(self, w: torch.Tensor):
@@ -257,11 +269,21 @@ class LabDecoderBlock(torch.nn.Module):
             return w.contiguous()
         if self.quant == "int8":
             return quantize_int8(w)
-        return quantize_int4(w, self.group_size)
+        w_packed, scales = quantize_int4(w, self.group_size)
+        if self.int4_impl == "gluon":  # the prepacked order only: the plain pair is dropped here
+            return (prepack_int4(w_packed, scales, self.group_size), )
+        return w_packed, scales
+
+    def quantised_projections(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Projection name -> (quantised weight, scales) in kernels/quantize.py's layout (prepacked int4 weights
+        turned back exactly, into new tensors)."""
+        if self.quant is None:
+            raise ValueError("quantised_projections: this block's weights are not quantised (quant=None).")
+        return {name: w[0].unprepack() if len(w) == 1 else w for name, w in self.projections.items()}
 
     def op_sources(self, phase: str = "decode", rows: int = 1) -> dict[str, str]:
         """Op label -> where the op comes from in this configuration, for a call of `phase` over `rows` tokens."""
-        return sources_for(self.quant, self.decode_attention, phase, rows)
+        return sources_for(self.quant, self.decode_attention, phase, rows, self.int4_impl)
 
     def effective_weights(self, dtype: torch.dtype | None = None) -> DecoderWeights:
         """The weights the block multiplies by, in `dtype` (the block's by default): the given ones, or the
@@ -288,7 +310,7 @@ class LabDecoderBlock(torch.nn.Module):
         if self.quant == "int8":
             parts = [int8_linear(chunk, *w) for chunk in rows.split(DOT_MAX_M)]
         else:
-            parts = [int4_linear(chunk, *w, self.group_size) for chunk in rows.split(DOT_MAX_M)]
+            parts = [int4_linear(chunk, *w, group_size=self.group_size) for chunk in rows.split(DOT_MAX_M)]
         y = parts[0] if len(parts) == 1 else torch.cat(parts)
         return y.view(*x.shape[:-1], y.shape[-1])
 

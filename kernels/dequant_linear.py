@@ -31,10 +31,15 @@ whose rate is a fraction of the FMA rate:
 Offline (probes/sass_decode.py) the int4 loop still spends about 4.2-4.7 instructions a weight, against the
 about 5 an SM can issue per weight arriving at the copy rate: the int4 kernel is bound by its unpacking,
 not by DRAM (notes/rmsnorm-linear.md, "The decode GEMVs on the graph clock").
+
+On Hopper, int4 has a second kernel: kernels/int4_gluon.py (Gluon, the nibbles loaded straight into the
+wgmma's register operand), run by int4_linear when the weight comes from prepack_int4 (int4_linear_impl names
+the kernel; int4_gluon_refusal says where it cannot run). Measured in notes/dequant-linear.md.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -46,7 +51,8 @@ from kernels._gemv import DEFAULT_SM_COUNT, GemvPlan, choose_split_k, device_sm_
 from kernels._launch import aligned, bind
 from kernels.quantize import GROUP_SIZES, check_group_size, quantize_int4, quantize_int8, unpack_int4
 
-__all__ = ["int8_linear", "int4_linear", "quantize_int8", "quantize_int4", "unpack_int4", "GROUP_SIZES"]
+__all__ = ["int8_linear", "int4_linear", "int4_linear_impl", "int4_gluon_refusal", "prepack_int4", "quantize_int8",
+           "quantize_int4", "unpack_int4", "GROUP_SIZES"]
 
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
 SCALE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -482,11 +488,75 @@ def int8_linear(x: torch.Tensor, w_q: torch.Tensor, scales: torch.Tensor) -> tor
     return _run(_call("int8_linear", x, w_q, scales, 8, 0), x, w_q, scales)
 
 
-def int4_linear(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, group_size: int = 128) -> torch.Tensor:
+# --------------------------------------------------------------------------------------------------------
+# int4 on Hopper: the Gluon kernel (kernels/int4_gluon.py) on a prepacked weight
+# --------------------------------------------------------------------------------------------------------
+
+INT4_IMPLS = ("triton", "gluon")
+
+
+@functools.cache
+def _gluon_module():
+    """kernels/int4_gluon.py, or None where this Triton's triton.experimental.gluon lacks what it uses."""
+    try:
+        from kernels import int4_gluon
+    except Exception:  # an older or newer Triton without Hopper's Gluon names
+        return None
+    return int4_gluon
+
+
+@functools.cache
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    return tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None
+
+
+def int4_gluon_refusal(device, dtype: torch.dtype = torch.bfloat16) -> str | None:
+    """Why the Gluon int4 kernel cannot serve x of `dtype` on `device` (None: it can): off Hopper, under the
+    interpreter, another dtype, or a Triton without Gluon. Where it can, prepack_int4 is worth calling."""
+    module = _gluon_module()
+    if module is None:
+        return "triton.experimental.gluon does not import in this Triton"
+    return module.gluon_refusal(_capability(torch.device(device)), interpreter_enabled(), dtype)
+
+
+def prepack_int4(w_packed: torch.Tensor, scales: torch.Tensor, group_size: int = 128):
+    """quantize_int4's (w_packed uint8 [N, K/2], scales [N, K/G]) in the Gluon kernel's order: an Int4Prepacked
+    (kernels/int4_gluon.py) that int4_linear takes in place of (w_packed, scales), running the Gluon kernel.
+    Keep it instead of the plain pair, not beside it; `.unprepack()` gives the pair back exactly."""
+    module = _gluon_module()
+    if module is None:
+        raise RuntimeError("prepack_int4: triton.experimental.gluon does not import in this Triton.")
+    return module.prepack_int4(w_packed, scales, group_size)
+
+
+def is_prepacked(weight) -> bool:
+    module = _gluon_module()
+    return module is not None and isinstance(weight, module.Int4Prepacked)
+
+
+def int4_linear_impl(weight) -> str:
+    """The kernel int4_linear runs for this weight: "gluon" for prepack_int4's weight, "triton" for the plain
+    uint8 [N, K/2] one (what run records name as the int4 kernel)."""
+    return "gluon" if is_prepacked(weight) else "triton"
+
+
+def int4_linear(x: torch.Tensor, w_packed, scales: torch.Tensor | None = None,
+                group_size: int | None = None) -> torch.Tensor:
     """x @ W^T for the int4 weight W = q * scale of q's group, dequantised in registers.
 
-    x: [..., K] bfloat16 or float16 with at most 64 rows in all; w_packed: uint8 [N, K/2] in the layout of
-    kernels/quantize.py; scales: [N, K/group_size], float32, bfloat16 or float16; group_size one of
-    32, 64, 128, 256 dividing K (quantize_int4 makes both). Returns [..., N] in x's dtype.
+    x: [..., K] bfloat16 or float16 with at most 64 rows in all. w_packed, one of:
+    * uint8 [N, K/2] in the layout of kernels/quantize.py, with scales [N, K/group_size] (float32, bfloat16 or
+      float16) and group_size one of 32, 64, 128, 256 dividing K (128 if None; quantize_int4 makes both):
+      the Triton kernel above, on any CUDA GPU and in the interpreter;
+    * prepack_int4's Int4Prepacked (scales None, group_size None or its own): the Gluon kernel of
+      kernels/int4_gluon.py, on Hopper GPUs only (int4_gluon_refusal says why not elsewhere), 16 rows a launch.
+    Returns [..., N] in x's dtype. int4_linear_impl(w_packed) names the kernel that runs.
     """
+    if is_prepacked(w_packed):
+        refusal = int4_gluon_refusal(x.device, x.dtype) if isinstance(x, torch.Tensor) else None
+        return _gluon_module().int4_linear_prepacked(x, w_packed, scales, group_size, refusal, DOT_MAX_M)
+    group_size = 128 if group_size is None else group_size
+    if scales is None and isinstance(w_packed, torch.Tensor):
+        raise TypeError("int4_linear: scales [N, K/group_size] are required with a uint8 [N, K/2] weight (only "
+                        "prepack_int4's weight carries its own).")
     return _run(_call("int4_linear", x, w_packed, scales, 4, group_size), x, w_packed, scales)

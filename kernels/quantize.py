@@ -68,8 +68,22 @@ def quantize_int4(weight: torch.Tensor, group_size: int = 128) -> tuple[torch.Te
     return packed.reshape(n_cols, n_features // 2).contiguous(), scales
 
 
-def unpack_int4(w_packed: torch.Tensor, group_size: int = 128) -> torch.Tensor:
-    """The signed values q in -8..7 as int8 [N, K] from w_packed uint8 [N, K/2]."""
+def _plain(w_packed, scales, group_size: int, op: str):
+    """(w_packed, scales, group_size) in this module's layout; a prepacked weight (kernels/int4_gluon.py's
+    Int4Prepacked, which carries its scales and group size) is turned back exactly."""
+    if hasattr(w_packed, "unprepack"):
+        if scales is not None or group_size not in (None, w_packed.group_size):
+            raise ValueError(f"{op}: a prepacked weight carries its scales and group size "
+                             f"({w_packed.group_size}); got scales={'given' if scales is not None else None}, "
+                             f"group_size={group_size!r}.")
+        return (*w_packed.unprepack(), w_packed.group_size)
+    return w_packed, scales, 128 if group_size is None else group_size
+
+
+def unpack_int4(w_packed: torch.Tensor, group_size: int | None = None) -> torch.Tensor:
+    """The signed values q in -8..7 as int8 [N, K] from w_packed uint8 [N, K/2] (group_size 128 if None), or
+    from a prepacked weight (prepack_int4)."""
+    w_packed, _, group_size = _plain(w_packed, None, group_size, "unpack_int4")
     n_cols, n_bytes = w_packed.shape
     check_group_size("unpack_int4", group_size, 2 * n_bytes)
     b = w_packed.reshape(n_cols, 2 * n_bytes // group_size, group_size // 2)
@@ -83,9 +97,13 @@ def dequantize_int8(w_q: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype 
     return w_q.to(dtype) * scales.to(dtype)[:, None]
 
 
-def dequantize_int4(w_packed: torch.Tensor, scales: torch.Tensor, group_size: int = 128,
+def dequantize_int4(w_packed: torch.Tensor, scales: torch.Tensor | None = None, group_size: int | None = None,
                     dtype: torch.dtype | None = None) -> torch.Tensor:
-    """q * scales of each q's group, [N, K] in `dtype` (scales' dtype by default)."""
+    """q * scales of each q's group, [N, K] in `dtype` (scales' dtype by default); group_size 128 if None.
+    w_packed may be a prepacked weight (prepack_int4), given without scales."""
+    w_packed, scales, group_size = _plain(w_packed, scales, group_size, "dequantize_int4")
+    if scales is None:
+        raise TypeError("dequantize_int4: scales [N, K/G] are required with a uint8 [N, K/2] weight.")
     dtype = dtype or scales.dtype
     q = unpack_int4(w_packed, group_size).to(dtype)
     return q * scales.to(dtype).repeat_interleave(group_size, dim=1)

@@ -293,7 +293,14 @@ def test_quantised_block_matches_float64(quant, dtype, device):
     step = lab.decode(x[:, :1], cache, CACHED)
     _check(step, ref.decode(x[:, :1].double(), cache64, CACHED),
            DecoderBlock(lab.effective_weights(), CONFIG).decode(x[:, :1], cache_torch, CACHED), dtype)
-    assert lab.projections["w_qkv"][0].dtype == (torch.int8 if quant == "int8" else torch.uint8)
+    assert lab.quantised_projections()["w_qkv"][0].dtype == (torch.int8 if quant == "int8" else torch.uint8)
+    if quant == "int4":  # prepacked for the Gluon kernel where it runs (a Hopper GPU), and only then
+        from kernels.dequant_linear import int4_gluon_refusal, int4_linear_impl
+
+        impl = "gluon" if int4_gluon_refusal(device, dtype) is None else "triton"
+        assert lab.int4_impl == impl
+        assert {int4_linear_impl(w[0]) for w in lab.projections.values()} == {impl}
+        assert lab.op_sources()["o_proj"].startswith(f"lab: kernels/{'int4_gluon' if impl == 'gluon' else 'dequant_linear'}.py")
 
 
 def test_quantised_prefill_past_64_rows_runs_in_chunks(device):
@@ -492,3 +499,15 @@ def test_cpu_tensors_without_the_interpreter_name_both_ways_out(monkeypatch):
         lab(_x((1, 2, CONFIG.hidden), torch.bfloat16))
     with pytest.raises(RuntimeError, match=r"(?s)x\.cuda\(\).*TRITON_INTERPRET=1"):
         LabDecoderBlock(_weights(torch.bfloat16, "cpu"), CONFIG)
+
+
+def test_int4_impl_is_checked_and_triton_keeps_the_plain_layout(device):
+    with pytest.raises(ValueError, match="int4_impl must be one of 'auto', 'triton', 'gluon'"):
+        LabDecoderBlock(_weights(torch.bfloat16, device), CONFIG, quant="int4", group_size=64, int4_impl="cuda")
+    lab = LabDecoderBlock(_weights(torch.bfloat16, device), CONFIG, quant="int4", group_size=64, int4_impl="triton")
+    assert lab.int4_impl == "triton" and lab.projections["w_o"][0].dtype == torch.uint8
+    from kernels.dequant_linear import int4_gluon_refusal
+
+    if int4_gluon_refusal(device, torch.bfloat16) is not None:
+        with pytest.raises(ValueError, match="int4_impl='gluon' cannot run here"):
+            LabDecoderBlock(_weights(torch.bfloat16, device), CONFIG, quant="int4", group_size=64, int4_impl="gluon")

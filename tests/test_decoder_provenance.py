@@ -47,7 +47,7 @@ def test_the_lab_description_follows_the_table(monkeypatch):
 def test_the_classifier_tells_the_labs_kernels_from_torchs():
     names = dec.classify.lab_kernels
     for kernel in ("_rotary_qkv_kernel", "_add_rmsnorm_fwd_kernel", "_swiglu_fwd_kernel", "_attention_fwd_kernel",
-                   "_rmsnorm_linear_fwd_kernel", "_int8_linear_kernel", "_int4_linear_kernel"):
+                   "_rmsnorm_linear_fwd_kernel", "_int8_linear_kernel", "_int4_linear_kernel", "_int4_gemv_kernel"):
         assert kernel in names and dec.classify.is_lab(kernel)
     for kernel in ("nvjet_tst_128x64_64x4_1x2_h_bz_coopA_TNT", "triton_poi_fused_add_mul_0",
                    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop", "void at::native::elementwise_kernel<4>"):
@@ -140,6 +140,18 @@ def test_the_gemlite_block_runs_each_projection_on_its_own_quantised_weights(mon
         seen.clear()
         out = peer.decode(x.to(device, torch.bfloat16), KVCache(k.to(device, torch.bfloat16), v.to(device, torch.bfloat16)), 8)
         ref = plain.decode(x.to(device), KVCache(k.clone().to(device), v.clone().to(device)), 8)
-        assert sorted(seen) == sorted(w.data_ptr() for w, _ in lab.projections.values())
+        assert sorted(seen) == sorted(w.data_ptr() for w, _ in peer.projections.values())
         err = (out.double() - ref).norm() / ref.norm()
         assert err < 2.5e-2, f"{quant}: relative error {err:.3e}"
+
+
+def test_the_int4_kernel_that_runs_is_named_in_the_plan(monkeypatch):
+    """The lab-int4 plan names kernels/int4_gluon.py where the Gluon kernel serves the block, else
+    kernels/dequant_linear.py."""
+    decode = next(c for c in BLOCK.cases if dec.is_decode(c))
+    for impl, source in (("gluon", "kernels/int4_gluon.py"), ("triton", "kernels/dequant_linear.py")):
+        monkeypatch.setattr(dec, "int4_impl", lambda dtype=None, impl=impl: impl)
+        plan = dec.op_sources("lab-int4", decode)
+        assert {dec._source_name(plan[op]) for op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")} == {source}
+    with pytest.raises(ValueError, match="int4_impl must be one of"):
+        sources_for("int4", dec.DECODE_ATTENTION, "decode", 1, int4_impl="auto")

@@ -386,6 +386,9 @@ def test_experiment_profiles_pass_their_accuracy_check(bits, profile, device):
         assert plan(above, torch.bfloat16)["form"] == "dot"
         one = Case("one", {"BITS": bits, "M": 1, "N": 24, "K": 256})
         assert plan(one, torch.bfloat16)["form"] == ("fma" if dl.FMA_MAX_M[bits] >= 1 else "dot")
+        gluon = bits == 4 and dl.int4_gluon_refusal(device, torch.bfloat16) is None  # wgmma: tensor cores
+        assert plan(one, torch.bfloat16)["impl"] == ("gluon" if gluon else "triton")
+        assert ("prepacked" in inputs) == gluon
 
 
 def test_fusion_post_dequant_byte_table_follows_from_the_byte_model():

@@ -25,8 +25,8 @@ INNER_K_TILES = 8
 LAB_SOURCES = ("kernels/dequant_linear.py", "kernels/int4_gluon.py", "kernels/quantize.py", "kernels/_gemv.py",
                "kernels/_checks.py")
 # The lab's int4 subject runs the Gluon kernel (kernels/int4_gluon.py, on prepack_int4's weight) where it can run
-# and for M up to this; the Triton kernel elsewhere (other GPUs, the interpreter, M = 64).
-GLUON_MAX_M = 16
+# and for M up to this (every case's M); the Triton kernel elsewhere (other GPUs, the interpreter).
+GLUON_MAX_M = 64
 TORCH_SOURCES = ("kernels/quantize.py",)
 
 # ‖out − ref‖ / ‖ref‖ against float64 dequantise-then-matmul of the same quantised weights. The lab's kernel

@@ -83,7 +83,7 @@ PROJECTIONS = ("w_qkv", "w_o", "w_gate_up", "w_down")
 _INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 _LAB_DEQUANT = "lab: kernels/dequant_linear.py ({}_linear)"
-# int4 on Hopper: the weights prepacked at construction for the Gluon kernel (16 rows a launch).
+# int4 on Hopper: the weights prepacked at construction for the Gluon kernel (64 rows a launch).
 _LAB_INT4_GLUON = "lab: kernels/int4_gluon.py (int4_linear on prepacked weights, Gluon)"
 _COMMON = {
     "rotary": "lab: kernels/rotary.py",

@@ -549,7 +549,7 @@ def int4_linear(x: torch.Tensor, w_packed, scales: torch.Tensor | None = None,
       float16) and group_size one of 32, 64, 128, 256 dividing K (128 if None; quantize_int4 makes both):
       the Triton kernel above, on any CUDA GPU and in the interpreter;
     * prepack_int4's Int4Prepacked (scales None, group_size None or its own): the Gluon kernel of
-      kernels/int4_gluon.py, on Hopper GPUs only (int4_gluon_refusal says why not elsewhere), 16 rows a launch.
+      kernels/int4_gluon.py, on Hopper GPUs only (int4_gluon_refusal says why not elsewhere), 64 rows a launch.
     Returns [..., N] in x's dtype. int4_linear_impl(w_packed) names the kernel that runs.
     """
     if is_prepacked(w_packed):

@@ -7,8 +7,8 @@ Why: the Triton kernel spends 4.2-4.7 instructions a weight moving each byte int
 (shared memory, PRMT) and stalls near 40% of its weight-read floor. Here the order is paid once, on the host.
 
 Roles. W is the MMA's first operand, from registers: a program holds BLOCK_N = 64 * WG rows of W (WG
-warpgroups) and x^T [G, MP] (M padded to MP = 8 or 16 columns) is the second, from shared memory, so every
-M up to 16 costs one N = MP MMA. A program walks its run of K in chunks of GPC groups; chunk i + 1's words
+warpgroups) and x^T [G, MP] (M padded to MP = 8, 16, 32 or 64 columns) is the second, from shared memory, so
+every M up to 64 is one launch, one N = MP MMA a k-step. A program walks its run of K in chunks of GPC groups; chunk i + 1's words
 and x are loaded into registers before chunk i is unpacked and multiplied (split-K over the rest of K).
 
 Layout (prepack_int4). wgmma's register operand gives lane l of warp w, for each 16-wide k-step c, the four
@@ -52,7 +52,7 @@ from kernels.quantize import GROUP_SIZES, INT4_OFFSET, check_group_size, unpack_
 
 BLOCK_ROWS = 64  # rows of W a warpgroup holds (the wgmma's M)
 ROWS = gl.constexpr(BLOCK_ROWS)
-MAX_M = 16
+MAX_M = 64  # rows one launch holds (MP = 64: 208 registers a thread at one group a chunk, no spills)
 # (magic bits of two 128 + u or 1024 + u, the value of v - q)
 _MAGIC = {torch.bfloat16: (0x43004300, 136.0), torch.float16: (0x64006400, 1032.0)}
 _GL = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
@@ -273,8 +273,10 @@ def plan_int4_gluon(n_rows: int, n_cols: int, n_features: int, group_size: int, 
                     wg: int | None = None, per_sm: float | None = None, sm_count: int = DEFAULT_SM_COUNT) -> dict:
     """The launch's constexprs for M = n_rows: a pure function of the shapes (and the SM count)."""
     n_groups = n_features // group_size
-    if gpc is None:
-        gpc = next(c for c in GPC_CHOICES if n_groups % c == 0 and c * group_size <= max(MAX_K_PER_CHUNK, group_size))
+    mp = max(8, triton.next_power_of_2(n_rows))
+    if gpc is None:  # at MP = 64 two groups a chunk need 255 registers and spill (compiled for sm_90a): one
+        choices = GPC_CHOICES if mp <= 32 else (1,)
+        gpc = next(c for c in choices if n_groups % c == 0 and c * group_size <= max(MAX_K_PER_CHUNK, group_size))
     if n_groups % gpc:
         raise ValueError(f"int4_linear_gluon: {gpc} groups a chunk do not divide K/G = {n_groups}.")
     wg = wg or WARPGROUPS
@@ -282,7 +284,7 @@ def plan_int4_gluon(n_rows: int, n_cols: int, n_features: int, group_size: int, 
     chunks, split = n_groups // gpc, 1
     while n_tiles * split < (per_sm or PROGRAMS_PER_SM) * sm_count and chunks % (2 * split) == 0:
         split *= 2
-    return dict(G=group_size, GPC=gpc, WG=wg, MP=8 if n_rows <= 8 else 16, SPLIT=split, num_warps=4 * wg)
+    return dict(G=group_size, GPC=gpc, WG=wg, MP=max(8, triton.next_power_of_2(n_rows)), SPLIT=split, num_warps=4 * wg)
 
 
 GLUON_DTYPES = tuple(_MAGIC)
@@ -290,7 +292,7 @@ GLUON_DTYPES = tuple(_MAGIC)
 
 def gluon_refusal(capability: tuple[int, int] | None, interpreter: bool, dtype: torch.dtype) -> str | None:
     """Why _int4_gemv_kernel cannot run for x of `dtype` on a device of `capability` ((major, minor), None off
-    CUDA); None: it can. Any N, any K a multiple of a supported group size, any M (16 rows a launch)."""
+    CUDA); None: it can. Any N, any K a multiple of a supported group size, any M (64 rows a launch)."""
     if interpreter:
         return "Triton's interpreter does not run Gluon kernels"
     if capability is None or capability[0] != 9:
@@ -302,7 +304,7 @@ def gluon_refusal(capability: tuple[int, int] | None, interpreter: bool, dtype: 
 
 def int4_linear_gluon(x: torch.Tensor, packed: Int4Prepacked, group_size: int, out: torch.Tensor | None = None,
                       gpc: int | None = None, wg: int | None = None, per_sm: float | None = None) -> torch.Tensor:
-    """x [M, K] (bfloat16 or float16, 1 <= M <= 16, unit stride along K) @ W^T for prepack_int4's W: [M, N] in
+    """x [M, K] (bfloat16 or float16, 1 <= M <= 64, unit stride along K) @ W^T for prepack_int4's W: [M, N] in
     x's dtype, accumulated in fp32. K must be a multiple of group_size (the K-chunk)."""
     if not isinstance(packed, Int4Prepacked):
         raise TypeError(f"int4_linear_gluon: packed must come from prepack_int4, got {type(packed).__name__}.")

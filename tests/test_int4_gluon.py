@@ -65,8 +65,8 @@ def test_rejects_what_it_does_not_serve():
         ig.int4_linear_gluon(torch.randn(1, 256), (p, s), 128)
     with pytest.raises(ValueError, match="bfloat16 or float16"):
         ig.int4_linear_gluon(torch.randn(1, 256), packed, 128)
-    with pytest.raises(ValueError, match="1 <= M <= 16"):
-        ig.int4_linear_gluon(torch.randn(17, 256, dtype=torch.bfloat16), packed, 128)
+    with pytest.raises(ValueError, match="1 <= M <= 64"):
+        ig.int4_linear_gluon(torch.randn(65, 256, dtype=torch.bfloat16), packed, 128)
     with pytest.raises(ValueError, match="group_size"):
         ig.int4_linear_gluon(torch.randn(1, 256, dtype=torch.bfloat16), packed, 64)
     with pytest.raises(ValueError, match="K = 128"):
@@ -79,6 +79,9 @@ def test_plan_divides_the_groups():
     assert ig.plan_int4_gluon(1, 14336, 4096, 128, sm_count=132)["SPLIT"] == 2  # 224 tiles: 448
     assert ig.plan_int4_gluon(1, 4096, 384, 128) == dict(G=128, GPC=1, WG=1, MP=8, SPLIT=1, num_warps=4)
     assert ig.plan_int4_gluon(9, 4096, 4096, 128)["MP"] == 16
+    assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["MP"] for m in (17, 32, 33, 64)] == [32, 32, 64, 64]
+    # two groups a chunk spill at MP = 64 (255 registers): one there
+    assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["GPC"] for m in (32, 33)] == [2, 1]
     with pytest.raises(ValueError, match="divide"):
         ig.plan_int4_gluon(1, 4096, 384, 128, gpc=2)
     assert ig.plan_int4_gluon(1, 100, 4096, 256)["GPC"] == 1  # at most 256 k a chunk
@@ -100,7 +103,7 @@ def _check(m, n, k, group, dtype, gpc=None, wg=None, seed=0):
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16, 17, 33, 64])
 @pytest.mark.parametrize("n", [100, 4096, 11007])
 def test_matches_float64(m, n, dtype):
     _check(m, n, 4096, 128, dtype, seed=m * 7 + n)

@@ -39,6 +39,11 @@ def load_check(name: str):
     return module
 
 
+# The tools/ files `mkdocs build` loads (mkdocs.yml's hook and what it loads): what a sandboxed copy of the
+# site needs beside its mkdocs.yml.
+SITE_TOOLS = ("mkdocs_hooks.py", "site_records.py", "markdown_plain_text.py", "vendor_assets.py")
+
+
 def require_vendored_assets() -> None:
     """Fail with the way out when KaTeX and the fonts have not been vendored (./dev.sh setup does it)."""
     missing = load_tool("vendor_assets").missing()

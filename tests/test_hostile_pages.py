@@ -27,7 +27,7 @@ import pytest
 from lab import REPO_ROOT
 from lab.publish import escape
 from lab.publish.render import _jinja
-from sitetools import load_tool, require_vendored_assets
+from sitetools import SITE_TOOLS, load_tool, require_vendored_assets
 
 build_results = load_tool("build_results")
 
@@ -319,7 +319,7 @@ def hostile_site(tmp_path_factory):
     (root / "mkdocs.yml").write_text(_sandbox_config((REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8")),
                                      encoding="utf-8")
     (root / "tools").mkdir()
-    for name in ("mkdocs_hooks.py", "site_records.py", "vendor_assets.py"):
+    for name in SITE_TOOLS:
         shutil.copy(REPO_ROOT / "tools" / name, root / "tools" / name)
     shutil.copytree(REPO_ROOT / "docs" / "assets", root / "docs" / "assets",
                     ignore=shutil.ignore_patterns("plots"))

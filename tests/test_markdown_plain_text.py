@@ -14,7 +14,7 @@ import pytest
 import yaml
 from markdown.util import AtomicString
 
-from tests.sitetools import load_tool
+from sitetools import load_tool
 
 plain_text = load_tool("markdown_plain_text")
 ROOT = Path(__file__).resolve().parents[1]

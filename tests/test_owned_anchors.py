@@ -18,7 +18,7 @@ import pytest
 
 from lab import REPO_ROOT
 from lab.publish.views import page_anchor
-from sitetools import load_tool, posts, require_vendored_assets
+from sitetools import SITE_TOOLS, load_tool, posts, require_vendored_assets
 
 DOCS = REPO_ROOT / "docs"
 GENERATED = ("generated", "experiments", "decisions")
@@ -128,7 +128,7 @@ def test_a_hostile_newest_record_leaves_every_post_link_working(tmp_path):
     (root / "mkdocs.yml").write_text(_sandbox_config((REPO_ROOT / "mkdocs.yml").read_text(encoding="utf-8")),
                                      encoding="utf-8")
     (root / "tools").mkdir()
-    for name in ("mkdocs_hooks.py", "site_records.py", "vendor_assets.py"):
+    for name in SITE_TOOLS:
         shutil.copy(REPO_ROOT / "tools" / name, root / "tools" / name)
     shutil.copytree(DOCS, root / "docs", ignore=shutil.ignore_patterns("plots", "generated"))
     for folder in ("experiments", "decisions"):

@@ -679,3 +679,13 @@ def test_the_other_clock_folds_away_below_the_claims_clock():
         assert "![Speedup" not in folded[0], f"{page}: a plot of the other clock outside its fold"
         checked += 1
     assert checked >= 10
+
+
+def test_a_sandboxed_site_copies_every_tool_the_hook_loads():
+    """The hostile-site tests build a copy of the site from SITE_TOOLS: a tool the hook loads and the list
+    lacks would fail every such build before a page is made."""
+    from sitetools import SITE_TOOLS
+
+    source = (ROOT / "tools" / "mkdocs_hooks.py").read_text(encoding="utf-8")
+    loaded = {f"{name}.py" for name in re.findall(r'_load_tool\("(\w+)"\)', source)}
+    assert loaded and {"mkdocs_hooks.py", *loaded} <= set(SITE_TOOLS)

@@ -113,8 +113,9 @@ def on_config(config):
     if records.is_dir() and str(records) not in config.watch:
         config.watch.append(str(records))  # `mkdocs serve` reloads when a run is recorded
     # Plain text skips Python-Markdown's inline patterns: the same HTML, the evidence pages built sooner.
-    if not any(isinstance(ext, _plain_text.PlainTextExtension) for ext in config.markdown_extensions):
-        config.markdown_extensions.append(_plain_text.PlainTextExtension())
+    extensions = getattr(config, "markdown_extensions", None)
+    if extensions is not None and not any(isinstance(ext, _plain_text.PlainTextExtension) for ext in extensions):
+        extensions.append(_plain_text.PlainTextExtension())
     vendor = _load_tool("vendor_assets")
     missing = vendor.missing(Path(config.docs_dir) / "assets" / "vendor")
     if missing:

@@ -265,7 +265,12 @@ def unprepack_int4(packed: Int4Prepacked) -> tuple[torch.Tensor, torch.Tensor]:
 # N = 14336, M = 1, against 22.3 with 4 groups (183 registers); 2 programs an SM beat 4 at every N.
 GPC_CHOICES = (2, 1)
 MAX_K_PER_CHUNK = 256  # 64 bytes a thread in flight beside the chunk in use
-PROGRAMS_PER_SM = 2  # split-K: the smallest power of two giving at least this many programs an SM
+PROGRAMS_PER_SM = 2  # split-K: the smallest power of two giving at least this many programs an SM ...
+WIDE_PROGRAMS_PER_SM = 1  # ... and from MP = 32, where each split's fp32 partial [BLOCK_N, MP] costs more:
+# measured (H100, graph clock, K = 4096) at M = 64 one program an SM took 38.8 / 39.1 / 38.2 / 17.8 us at
+# N = 12288 / 14336 / 11007 / 4096 against two's 44.1 / 44.8 / 42.0 / 26.0 (the Triton kernel 37.7 / 38.7 /
+# 36.9 / 25.1), at M = 32 25.1 / 25.4 / 24.8 / 12.8 against 30.4 / 31.0 / 29.4 / 18.7
+# (notes/probes/2026-11-27-h100-int4-gluon-m32-m64.json)
 WARPGROUPS = 1
 
 
@@ -282,9 +287,10 @@ def plan_int4_gluon(n_rows: int, n_cols: int, n_features: int, group_size: int, 
     wg = wg or WARPGROUPS
     n_tiles = triton.cdiv(n_cols, BLOCK_ROWS * wg)
     chunks, split = n_groups // gpc, 1
-    while n_tiles * split < (per_sm or PROGRAMS_PER_SM) * sm_count and chunks % (2 * split) == 0:
+    per_sm = per_sm or (PROGRAMS_PER_SM if mp <= 16 else WIDE_PROGRAMS_PER_SM)
+    while n_tiles * split < per_sm * sm_count and chunks % (2 * split) == 0:
         split *= 2
-    return dict(G=group_size, GPC=gpc, WG=wg, MP=max(8, triton.next_power_of_2(n_rows)), SPLIT=split, num_warps=4 * wg)
+    return dict(G=group_size, GPC=gpc, WG=wg, MP=mp, SPLIT=split, num_warps=4 * wg)
 
 
 GLUON_DTYPES = tuple(_MAGIC)

@@ -82,6 +82,9 @@ def test_plan_divides_the_groups():
     assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["MP"] for m in (17, 32, 33, 64)] == [32, 32, 64, 64]
     # two groups a chunk spill at MP = 64 (255 registers): one there
     assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["GPC"] for m in (32, 33)] == [2, 1]
+    # from MP = 32 one program an SM (each split's partial grows with MP): 224 tiles at N = 14336 need no split
+    assert [ig.plan_int4_gluon(m, 14336, 4096, 128, sm_count=132)["SPLIT"] for m in (16, 17, 64)] == [2, 1, 1]
+    assert ig.plan_int4_gluon(64, 4096, 4096, 128, sm_count=132)["SPLIT"] == 4  # 64 tiles: 256 programs
     with pytest.raises(ValueError, match="divide"):
         ig.plan_int4_gluon(1, 4096, 384, 128, gpc=2)
     assert ig.plan_int4_gluon(1, 100, 4096, 256)["GPC"] == 1  # at most 256 k a chunk

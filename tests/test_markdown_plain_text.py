@@ -7,6 +7,7 @@ abbreviations, HTML) in table cells, list items and paragraphs, and over generat
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import markdown
@@ -28,7 +29,8 @@ for _prefix in ("!", "tag:yaml.org,2002:python/"):
     _Loader.add_multi_constructor(_prefix, lambda loader, suffix, node: None)
 
 
-def site_extensions() -> tuple[list[str], dict]:
+@functools.cache
+def site_extensions() -> tuple[tuple[str, ...], dict]:
     config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_Loader)
     names, configs = [], {}
     for item in config["markdown_extensions"]:
@@ -38,7 +40,7 @@ def site_extensions() -> tuple[list[str], dict]:
         names.append(name)
         if options:
             configs[name] = options
-    return names, configs
+    return tuple(names), configs
 
 
 def convert(text: str, plain: bool, extra=()) -> str:

@@ -14,8 +14,8 @@ square bracket and no abbreviation can apply. Only an element's own text is cons
 element without children.
 
 pymdownx.smartsymbols then runs an inline pass of its own over the whole tree, after prettify has put a
-newline after every cell and row: BlankTailsProcessor holds those blank tails, on which no symbol matches,
-over that pass and gives them back after it.
+newline after every cell and row: the extension holds those blank tails, on which no symbol matches,
+over that pass and gives them back after it (HoldBlankTails, GiveBackBlankTails).
 
 Should an inline pattern or a text-reading tree processor this module does not know be registered (an
 extension added to mkdocs.yml later), the extension steps aside for the whole page: the site is then as
@@ -96,21 +96,16 @@ class PlainTextProcessor(Treeprocessor):
         return [p.compiled_re for p in patterns] if patterns is not None else []
 
 
-class BlankTailsProcessor(Treeprocessor):
-    """Holds the blank tails (whitespace between elements, one a cell and row once prettified) over
+class HoldBlankTails(Treeprocessor):
+    """Holds the blank tails (whitespace between elements, one after every cell and row once prettified) over
     pymdownx.smartsymbols' own inline pass, which runs every symbol pattern over every tail and matches none
-    on whitespace, and gives them back after it."""
+    on whitespace; GiveBackBlankTails puts them back after it."""
 
-    def __init__(self, md: Markdown, hold: bool, held: list):
+    def __init__(self, md: Markdown, held: list):
         super().__init__(md)
-        self.hold, self.held = hold, held
+        self.held = held
 
     def run(self, root: etree.Element) -> None:
-        if not self.hold:
-            for el, tail in self.held:
-                el.tail = tail
-            self.held.clear()
-            return
         self.held.clear()
         if "smart-symbols" not in self.md.treeprocessors or not applies(self.md):
             return
@@ -118,6 +113,13 @@ class BlankTailsProcessor(Treeprocessor):
             if el.tail and el.tail.isspace():
                 self.held.append((el, el.tail))
                 el.tail = None
+
+
+class GiveBackBlankTails(HoldBlankTails):
+    def run(self, root: etree.Element) -> None:
+        for el, tail in self.held:
+            el.tail = tail
+        self.held.clear()
 
 
 PRIORITY = 21  # after the block parser and the tree processors that build or move text (footnotes, task
@@ -130,8 +132,8 @@ class PlainTextExtension(Extension):
     def extendMarkdown(self, md: Markdown) -> None:
         md.treeprocessors.register(PlainTextProcessor(md), "plain-text", PRIORITY)
         held: list = []
-        md.treeprocessors.register(BlankTailsProcessor(md, True, held), "blank-tails-held", HOLD_PRIORITY)
-        md.treeprocessors.register(BlankTailsProcessor(md, False, held), "blank-tails-back", GIVE_BACK_PRIORITY)
+        md.treeprocessors.register(HoldBlankTails(md, held), "blank-tails-held", HOLD_PRIORITY)
+        md.treeprocessors.register(GiveBackBlankTails(md, held), "blank-tails-back", GIVE_BACK_PRIORITY)
 
 
 def makeExtension(**kwargs) -> PlainTextExtension:  # noqa: N802 (Python-Markdown's name)

@@ -15,7 +15,14 @@ import lab_synthetic as syn  # noqa: E402
 
 from experiments import all_experiments  # noqa: E402
 from lab import REPO_ROOT  # noqa: E402
-from lab.evidence.hashing import MISSING, changed_sources, sha256_file, source_files, source_hashes  # noqa: E402
+from lab.evidence.hashing import (  # noqa: E402
+    MISSING,
+    changed_sources,
+    reachable_files,
+    sha256_file,
+    source_files,
+    source_hashes,
+)
 from lab.evidence.verdict import STALE, SUPPORTED, verdict_for_gpu  # noqa: E402
 
 WIN = {"subject": syn.timed([1.0] * 30), "base": syn.timed([2.0] * 30)}
@@ -83,3 +90,53 @@ def test_every_declared_experiment_hashes_its_kernels_and_shared_helpers():
         assert experiment.source_file in hashes, slug
         assert MISSING not in hashes.values(), f"{slug} names a source file that does not exist"
         assert any(path.startswith("kernels/") for path in hashes), slug
+
+
+# Kernel files an experiment's code reaches through imports that its records do not hash, each pinned to the
+# sha256 the experiment's newest records (H100 and H200) measured. Declaring them as sources would mark those
+# records Stale before a GPU re-runs them, so they are pinned instead: a change to one fails this test, and
+# the way out is to add the file to the experiment's sources (kernels/attention_gluon.py and
+# kernels/attention_choice.py in experiments/_attention.py and experiments/_decoder.py's LAB_SOURCES, and so
+# on) and re-run its experiments.
+UNHASHED_PINS = {
+    "kernels/attention_gluon.py": "440139453a7f44cb6c4a19e4a8a8e0a492122b97a4cc2435b6229baabe2a1c73",
+    "kernels/attention_choice.py": "1be37b8fe5269222a429ef1d50a7acbc8d2c91c2cdc3df59602e8a28dcd77067",
+    "kernels/_provenance.py": "0affaaef48244683cea704129aa7299619010447d83cb18c3272345dd2365865",
+    "kernels/reference.py": "227c341cb293e9f69fa44269f6d26879a85a42a2e4725314882b288048cdeb92",
+    "kernels/_launch.py": "faf6f6d6774aff7e1b26639933105a3a47545ca5a82aa1c57a6eaac3c7a990cc",
+}
+UNHASHED = {
+    "attention-fwd": {"kernels/attention_choice.py", "kernels/attention_gluon.py"},
+    "attention-bwd": {"kernels/attention_choice.py", "kernels/attention_gluon.py"},
+    "decoder-block": {"kernels/_provenance.py", "kernels/attention_choice.py", "kernels/attention_gluon.py",
+                      "kernels/reference.py"},
+    "decoder-block-graphed": {"kernels/_provenance.py", "kernels/attention_choice.py", "kernels/attention_gluon.py",
+                              "kernels/reference.py"},
+    "dequant-linear-decode": {"kernels/_launch.py", "kernels/reference.py"},
+    "rmsnorm-linear-decode": {"kernels/_launch.py"},
+    "rmsnorm-linear-prefill": {"kernels/_launch.py"},
+}
+
+
+def test_every_kernel_file_an_experiment_reaches_is_hashed_or_pinned():
+    for slug, experiment in all_experiments().items():
+        unhashed = set(reachable_files(experiment, REPO_ROOT)) - set(source_files(experiment, REPO_ROOT))
+        assert unhashed == UNHASHED.get(slug, set()), (
+            f"{slug}: its code reaches {sorted(unhashed)} without hashing them; add them to its sources "
+            "(its records go stale) rather than to UNHASHED")
+    for path, pinned in UNHASHED_PINS.items():
+        assert sha256_file(REPO_ROOT / path) == pinned, (
+            f"{path} changed, but some experiments' records do not hash it (UNHASHED): add it to their sources "
+            "and re-run them, then drop it here")
+
+
+def test_reachable_files_follow_imports_inside_functions(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "decl.py").write_text("from kernels import a\n")
+    (tmp_path / "kernels" / "a.py").write_text("def f():\n    from kernels.b import g\n    return g()\n")
+    (tmp_path / "kernels" / "b.py").write_text("import kernels.c\n")
+    (tmp_path / "kernels" / "c.py").write_text("")
+    (tmp_path / "kernels" / "unused.py").write_text("")
+    experiment = syn.experiment(source_file="experiments/decl.py", sources=())
+    assert reachable_files(experiment, tmp_path) == ["kernels/a.py", "kernels/b.py", "kernels/c.py"]

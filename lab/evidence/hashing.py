@@ -8,6 +8,7 @@ now, the record is stale: it measured code that no longer exists.
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -85,3 +86,34 @@ def source_hashes(experiment: Experiment, root: Path) -> dict[str, str]:
 def changed_sources(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
     """Paths whose hash differs between a record and the tree now, including files only one side has."""
     return sorted(p for p in set(recorded) | set(current) if recorded.get(p) != current.get(p))
+
+
+def _imported_repo_files(path: Path, root: Path) -> set[str]:
+    """Repository files that `path` imports by absolute name, anywhere in it (a function's lazy import too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            candidate = root.joinpath(*name.split(".")).with_suffix(".py")
+            if candidate.is_file():
+                found.add(candidate.relative_to(root).as_posix())
+    return found
+
+
+def reachable_files(experiment: Experiment, root: Path, prefix: str = "kernels/") -> list[str]:
+    """Files under `prefix` that `experiment`'s hashed sources reach through imports, transitively: the code
+    its records measured. A reachable file that source_files leaves out can change without making the
+    experiment's records stale (tests/test_lab_hashing.py keeps that list pinned)."""
+    root = Path(root).resolve()
+    seen = set(source_files(experiment, root))
+    todo = list(seen)
+    while todo:
+        for rel in _imported_repo_files(root / todo.pop(), root) - seen:
+            seen.add(rel)
+            todo.append(rel)
+    return sorted(rel for rel in seen if rel.startswith(prefix))

@@ -1,0 +1,33 @@
+"""What tests/conftest.py sets up for the whole suite changes how fast it runs, never what a test computes."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+import torch
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter runs only without CUDA")
+def test_the_interpreter_patches_exactly_the_builtins_it_listed_and_restores_them():
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    for pkg in (tl, tl.tensor, tl.math, tl.core, tl.core.tensor_descriptor_base):
+        before = dict(inspect.getmembers(pkg))
+        builtins = sorted(name for name, member in before.items() if tl.core.is_builtin(member))
+        assert builtins, pkg
+        for _ in range(2):  # listed on the first call, read from the list on the second
+            scope = interpreter._LangPatchScope()
+            interpreter._patch_builtin(pkg, interpreter.interpreter_builder, scope)
+            assert sorted(name for _, name, _ in scope._changes) == builtins, pkg
+            assert not any(tl.core.is_builtin(getattr(pkg, name)) for name in builtins), "every builtin is patched"
+            scope.restore()
+            assert all(getattr(pkg, name) is before[name] for name in builtins), "and put back"
+
+
+def test_a_worker_computes_on_one_thread():
+    if not os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("OMP_NUM_THREADS") != "1":
+        pytest.skip("only pytest-xdist's workers are held to one thread, unless OMP_NUM_THREADS says otherwise")
+    assert torch.get_num_threads() == 1

@@ -13,7 +13,9 @@
   serves the stylesheet mkdocs-jupyter writes into it (over half a megabyte) as a file of its own.
 * Expands the checked figures of hand-written pages (`{{ fig(...) }}`, `{{ claim(...) }}`: lab.publish.figures)
   from the records' verdicts, and fails the build naming page and line where a figure or claim no longer
-  holds.
+  holds. An expanded page is kept in .cache/ under the digest of its text and of everything its figures are
+  judged from (FIGURE_INPUTS), so a build whose records, declarations and code are unchanged loads neither
+  the records nor torch for it.
 * Under `mkdocs serve`, re-renders the evidence pages (tools/build_results.py --render-only) whenever a
   record, a page template or a declaration changed, so the served site follows the evidence live. The render
   runs beside the server, never inside a rebuild: the site is served at once from the pages on disk, an
@@ -24,12 +26,15 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -80,10 +85,23 @@ RENDER_COMMAND = ("tools/build_results.py", "--render-only")
 # Where the digest of the inputs of the last successful render is kept, from the repository root.
 FINGERPRINT_FILE = ".cache/kernel-lab/evidence-inputs.sha256"
 
+# Expanded pages kept between builds (git-ignored, never published): an entry is named by the SHA-256 of the
+# page's text and of every file under FIGURE_INPUTS (the records; the declarations with margins.json; the
+# kernels, whose hashes mark a run Stale; the lab's code that judges and formats), of this file, and of the
+# Python and numpy that judged them. A changed record, declaration, margin, kernel or line of that code names
+# another entry. The entries of the newest FIGURE_STATES_KEPT input states are kept, older ones removed.
+# KERNEL_LAB_FIGURE_CACHE=off turns the cache off.
+FIGURE_CACHE = ".cache/kernel-lab/figures"
+FIGURE_INPUTS = ("records", "experiments", "kernels", "lab")
+FIGURE_STATES_KEPT = 4
+
 # MkDocs loads this module once per process and keeps it across the rebuilds of `mkdocs serve`.
 _serving = False
 _rendered_fingerprint: str | None = None
-_evidence: tuple[str, object] | None = None  # (render fingerprint, lab.publish.collect.Evidence)
+_evidence: tuple[str, object] | None = None  # (figure inputs digest, lab.publish.collect.Evidence)
+_evidence_lock = threading.Lock()
+_code_loaded: str | None = None  # digest of the code the lab's modules were imported from, in this process
+_file_digests: dict[tuple[str, int, int], bytes] = {}  # (path, size, mtime) -> SHA-256 of the file's bytes
 _render_thread: threading.Thread | None = None
 
 
@@ -129,6 +147,21 @@ def on_config(config):
 def on_pre_build(config) -> None:
     if _serving:
         rerender_in_background(project_root(config))
+
+
+def on_serve(server, config, builder):
+    """Once `mkdocs serve` serves (its first build read every expanded page from the cache), the evidence
+    is loaded beside it, so the first edit of a post is expanded as fast as the ones after it."""
+    root = project_root(config)
+    threading.Thread(target=_load_evidence_quietly, args=(root,), name="kernel-lab-evidence", daemon=True).start()
+    return server
+
+
+def _load_evidence_quietly(root: Path) -> None:
+    try:
+        evidence_for(root)
+    except Exception as exc:  # the rebuild that needs the evidence reports the same failure, on its page
+        log.debug(f"loading the evidence beside the server failed: {exc}")
 
 
 def on_files(files: Files, config) -> Files:
@@ -264,35 +297,118 @@ def _listed_folder(section: Section) -> str | None:
 def expand_figures(markdown: str, source: str, root: Path, path: str | None = None) -> str:
     """The page with its checked figures expanded (lab.publish.figures); PluginError lists each one that fails,
     by its line in the page's file (`path`; MkDocs has already cut the front matter off `markdown`)."""
+    if "fig(" not in markdown and "claim(" not in markdown:
+        return markdown  # no call can open here (lab.publish.figures.OPENING): nothing to load
+    whole = Path(path).read_text(encoding="utf-8") if path and Path(path).is_file() else markdown
+    entry = _figure_entry(root, source, markdown, whole)
+    if entry is not None:
+        try:
+            return entry.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            pass
     figures = _project_module(root, "lab.publish.figures")
     if not figures.OPENING.search(markdown):
-        return markdown  # most pages have none: no need to load the records
-    whole = Path(path).read_text(encoding="utf-8") if path and Path(path).is_file() else markdown
+        return markdown  # "fig(" or "claim(" in its prose only: no need to load the records
     try:
-        return figures.expand(markdown, evidence_for(root), source, figures.first_line_of(markdown, whole))
+        expanded = figures.expand(markdown, evidence_for(root), source, figures.first_line_of(markdown, whole))
     except figures.FigureError as exc:
         raise PluginError(f"figures that the records do not bear out:\n{exc}") from None
+    if entry is not None and _code_loaded == code_digest(root):  # judged by the code on disk now
+        _keep_figures(entry, expanded)
+    return expanded
 
 
 def _project_module(root: Path, name: str):
+    global _code_loaded
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))  # the checkout's own packages, whatever the environment has installed
+    if _code_loaded is None:
+        _code_loaded = code_digest(root)  # before anything of the lab is imported: the code it is imported from
     return importlib.import_module(name)
 
 
 def evidence_for(root: Path):
-    """Every record judged as build_results judges it, loaded once per change of the render's inputs."""
+    """Every record judged as build_results judges it, loaded once per change of the figures' inputs."""
     global _evidence
-    fingerprint = render_fingerprint(root)
-    if _evidence is None or _evidence[0] != fingerprint:
-        experiments = _project_module(root, "experiments").all_experiments()
-        decisions = _project_module(root, "experiments.decisions").DECISIONS
-        hashing = _project_module(root, "lab.evidence.hashing")
-        hashes = {slug: hashing.source_hashes(e, root) for slug, e in experiments.items()}
-        evidence = _project_module(root, "lab.publish.collect").collect_evidence(
-            experiments, decisions, root / RECORDS_DIR, hashes, missing_ok=True)
-        _evidence = (fingerprint, evidence)
-    return _evidence[1]
+    with _evidence_lock:  # one load, whether a rebuild or the load beside the server asks first
+        digest = inputs_digest(root)
+        if _evidence is None or _evidence[0] != digest:
+            experiments = _project_module(root, "experiments").all_experiments()
+            decisions = _project_module(root, "experiments.decisions").DECISIONS
+            hashing = _project_module(root, "lab.evidence.hashing")
+            hashes = {slug: hashing.source_hashes(e, root) for slug, e in experiments.items()}
+            evidence = _project_module(root, "lab.publish.collect").collect_evidence(
+                experiments, decisions, root / RECORDS_DIR, hashes, missing_ok=True)
+            _evidence = (digest, evidence)
+        return _evidence[1]
+
+
+def _digest_files(h, root: Path, tops) -> None:
+    """Feed `h` each file under root/<top> (sorted, __pycache__ left out): its path and the SHA-256 of its bytes,
+    hashed again only when its size or modification time changed since this process last read it."""
+    for top in tops:
+        base = root / top
+        if not base.exists():
+            continue
+        for path in sorted(base.rglob("*")):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            st = path.stat()
+            key = (str(path), st.st_size, st.st_mtime_ns)
+            digest = _file_digests.get(key)
+            if digest is None:
+                digest = _file_digests[key] = hashlib.sha256(path.read_bytes()).digest()
+            h.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0" + digest)
+
+
+def code_digest(root: Path) -> str:
+    """A digest of the code (and declared data) the figures are judged by: FIGURE_INPUTS but the records, this
+    file, and the Python and numpy they run on."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(f"\0{_runtime()}\0{os.environ.get(SHOW_HOSTS) == '1'}\0".encode())
+    _digest_files(h, root, [top for top in FIGURE_INPUTS if top != RECORDS_DIR])
+    return h.hexdigest()
+
+
+@functools.cache
+def _runtime() -> str:
+    """The Python and numpy (the verdicts' bootstrap draws from numpy's generator) this process runs."""
+    try:
+        numpy = importlib.metadata.version("numpy")
+    except importlib.metadata.PackageNotFoundError:
+        numpy = None
+    return f"{sys.version}\0{numpy}"
+
+
+def inputs_digest(root: Path) -> str:
+    """A digest of everything an expanded figure is a function of, its page aside: the code and the records."""
+    h = hashlib.sha256(code_digest(root).encode())
+    _digest_files(h, root, [RECORDS_DIR])
+    return h.hexdigest()
+
+
+def _figure_entry(root: Path, source: str, markdown: str, whole: str) -> Path | None:
+    """Where the expansion of this page for the figures' inputs now is kept (None: the cache is off)."""
+    if os.environ.get("KERNEL_LAB_FIGURE_CACHE", "").strip().lower() in ("off", "0", "no", "false"):
+        return None
+    page = hashlib.sha256("\0".join((source, markdown, whole)).encode("utf-8")).hexdigest()
+    return root / FIGURE_CACHE / inputs_digest(root) / f"{page}.md"
+
+
+def _keep_figures(entry: Path, text: str) -> None:
+    """Write an expanded page whole or not at all, and remove the entries of all but the newest
+    FIGURE_STATES_KEPT input states; a cache that cannot be written costs time, never the build."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{entry.name}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, entry)
+        states = sorted((p for p in entry.parent.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+        for old in states[:-FIGURE_STATES_KEPT]:
+            if old != entry.parent:
+                shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        log.debug(f"could not keep an expanded page: {exc}")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Test set-up: without CUDA the kernels run through Triton's interpreter; with CUDA, compiled, unchanged.
 
-TRITON_INTERPRET must be set before Triton decorates the kernels, so it is set here, before any test
-module imports `kernels`.
+TRITON_INTERPRET must be set before Triton decorates the kernels, so it is set when pytest is configured,
+before any test module imports `kernels`. Under `-n N` the process that hands tests to the workers runs none
+and imports no torch.
 """
 
 from __future__ import annotations
@@ -17,13 +18,29 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_threads, "1")
 
-import torch  # noqa: E402
+HAS_CUDA = False  # both set in pytest_configure, before test modules import them
+DEVICE = "cpu"
 
-HAS_CUDA = torch.cuda.is_available()
-if not HAS_CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
-DEVICE = "cuda" if HAS_CUDA else "cpu"
+def pytest_configure(config):
+    global HAS_CUDA, DEVICE
+    if _hands_out_tests_only(config):
+        return
+    import torch
+
+    HAS_CUDA = torch.cuda.is_available()
+    if not HAS_CUDA:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    DEVICE = "cuda" if HAS_CUDA else "cpu"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        _list_interpreter_builtins_once()
+
+
+def _hands_out_tests_only(config) -> bool:
+    """Whether this is pytest-xdist's controller, which runs no test itself."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return False
+    return bool(getattr(config.option, "numprocesses", None)) and getattr(config.option, "dist", "no") != "no"
 
 
 def _list_interpreter_builtins_once() -> None:
@@ -56,9 +73,6 @@ def _list_interpreter_builtins_once() -> None:
     interpreter._patch_builtin = _patch_builtin
 
 
-if os.environ.get("TRITON_INTERPRET") == "1":
-    _list_interpreter_builtins_once()
-
 
 @pytest.fixture
 def device() -> str:
@@ -66,8 +80,11 @@ def device() -> str:
 
 
 @pytest.fixture
-def gen() -> torch.Generator:
-    """A seeded generator on the CPU: inputs are drawn there and moved, so a failure reproduces anywhere."""
+def gen():
+    """A seeded generator on the CPU (a torch.Generator): inputs are drawn there and moved, so a failure
+    reproduces anywhere."""
+    import torch
+
     g = torch.Generator()
     g.manual_seed(20261122)
     return g

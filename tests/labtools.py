@@ -1,16 +1,16 @@
 """Helpers shared by the lab's tests: profiler trace events and a fake torch.profiler for the op-by-op
 breakdown, fixture records given breakdowns, a reader for the Markdown tables of a rendered page, and a
-Python run outside Triton's interpreter (to compile kernels for a GPU target without one)."""
+Python run outside Triton's interpreter (to compile kernels for a GPU target without one; warm_python runs it)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
+
+from warm_python import run_python
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lab"
 
@@ -126,5 +126,4 @@ def run_compiled(args: list[str], triton_cache: Path) -> str:
     kernels it compiles are compiled for real, for whatever target the command names."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(triton_cache)
-    return subprocess.run([sys.executable, *args], env=env, check=True, capture_output=True, text=True,
-                          timeout=300).stdout
+    return run_python(args, env=env, cwd=os.getcwd(), check=True, timeout=300).stdout

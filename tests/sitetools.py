@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from warm_python import run_python
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 POSTS = DOCS / "posts"
@@ -63,11 +65,9 @@ def build_site(site_dir: Path, site_url: str | None = None) -> subprocess.Comple
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     if site_url:
         env["KERNEL_LAB_SITE_URL"] = site_url
-    env.pop("TRITON_INTERPRET", None)  # the build imports no kernels; keep it independent of the test setup
-    return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )
+    env.pop("TRITON_INTERPRET", None)  # the build judges records, it runs no kernel; as outside the tests
+    return run_python(["-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)], cwd=ROOT, env=env,
+                      timeout=600)
 
 
 def front_matter(path: Path) -> dict:

@@ -13,13 +13,13 @@ import importlib
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 from test_attention import BOUNDS, _check_backward, _check_forward, _draw, _inputs
+from warm_python import run_python
 
 from kernels.attention import attention, attention_bwd, attention_fwd, choose_forward_impl, plan_attention
 
@@ -197,8 +197,7 @@ def test_the_gluon_forward_builds_for_sm90_without_a_gpu():
     # without TRITON_INTERPRET (under the interpreter Gluon functions do not compile).
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", _BUILD], cwd=root, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = run_python(["-c", _BUILD], cwd=root, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     facts = json.loads(out.stdout.strip().splitlines()[-1])
     assert facts == {"shared": facts["shared"], "wgmma": True, "tma": True, "setmaxnreg": True}

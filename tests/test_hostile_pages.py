@@ -17,8 +17,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -28,6 +26,7 @@ from lab import REPO_ROOT
 from lab.publish import escape
 from lab.publish.render import _jinja
 from sitetools import SITE_TOOLS, load_tool, require_vendored_assets
+from warm_python import run_python
 
 build_results = load_tool("build_results")
 
@@ -337,8 +336,8 @@ def hostile_site(tmp_path_factory):
     assert all(p.read_bytes() == content for p, content in hand_written.items())
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(root / "site")],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_python(["-m", "mkdocs", "build", "--strict", "--site-dir", str(root / "site")], cwd=root, env=env,
+                      timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return root, runs
 

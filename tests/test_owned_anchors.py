@@ -10,8 +10,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ import pytest
 from lab import REPO_ROOT
 from lab.publish.views import page_anchor
 from sitetools import SITE_TOOLS, load_tool, posts, require_vendored_assets
+from warm_python import run_python
 
 DOCS = REPO_ROOT / "docs"
 GENERATED = ("generated", "experiments", "decisions")
@@ -142,8 +141,8 @@ def test_a_hostile_newest_record_leaves_every_post_link_working(tmp_path):
     assert f"{{ #gpu-{GPU_KEY}-roofline }}" in page and "20991231T000000Z" in page, "the hostile record is newest"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(root / "site")],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    proc = run_python(["-m", "mkdocs", "build", "--strict", "--site-dir", str(root / "site")], cwd=root, env=env,
+                      timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (root / "site" / "points" / f"{SLUG}--{GPU_KEY}" / "index.html").is_file(), "the hostile points page"
     post = (DOCS / "posts" / "forward-pass.md").read_text(encoding="utf-8")

@@ -36,3 +36,11 @@ def test_a_worker_computes_on_one_thread():
     if not os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("OMP_NUM_THREADS") != "1":
         pytest.skip("only pytest-xdist's workers are held to one thread, unless OMP_NUM_THREADS says otherwise")
     assert torch.get_num_threads() == 1
+
+
+def test_the_set_up_the_tests_import_is_the_one_pytest_configured():
+    import conftest
+
+    assert conftest.HAS_CUDA == torch.cuda.is_available()
+    assert conftest.DEVICE == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert conftest.HAS_CUDA or os.environ.get("TRITON_INTERPRET") == "1"

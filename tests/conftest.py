@@ -33,7 +33,7 @@ def pytest_configure(config):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     DEVICE = "cuda" if HAS_CUDA else "cpu"
     if os.environ.get("TRITON_INTERPRET") == "1":
-        _list_interpreter_builtins_once()
+        _keep_interpreter_answers()
 
 
 def _hands_out_tests_only(config) -> bool:
@@ -43,8 +43,10 @@ def _hands_out_tests_only(config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and getattr(config.option, "dist", "no") != "no"
 
 
-def _list_interpreter_builtins_once() -> None:
-    """Triton 3.6's interpreter re-patches triton.language at every call of a @triton.jit helper, listing every
+def _keep_interpreter_answers() -> None:
+    """Two answers Triton 3.6's interpreter works out again and again, kept instead.
+
+    Triton 3.6's interpreter re-patches triton.language at every call of a @triton.jit helper, listing every
     member of the language's modules and classes (inspect.getmembers) to find its builtins each time: a fifth
     of an interpreter test's time. Which members are builtins never changes, so they are listed here, once,
     while the language is as Triton made it (no kernel has run yet); each call then patches those of them that
@@ -71,6 +73,24 @@ def _list_interpreter_builtins_once() -> None:
 
     _patch_builtin.builtins = names  # for the test that holds them equal to a full listing
     interpreter._patch_builtin = _patch_builtin
+
+    # Every value the interpreter touches asks which numpy dtype holds its Triton type, and each answer built
+    # a table of nineteen types first (a tenth of an interpreter test). The answer is a function of the
+    # type, and equal types (same name, element and shape) have the same answer: each is kept.
+    np_dtype = interpreter._get_np_dtype
+    known: dict = {}
+
+    def _get_np_dtype(tt_dtype):
+        try:
+            return known[tt_dtype]
+        except KeyError:
+            found = known[tt_dtype] = np_dtype(tt_dtype)
+            return found
+        except TypeError:  # not hashable: asked afresh
+            return np_dtype(tt_dtype)
+
+    _get_np_dtype.uncached = np_dtype
+    interpreter._get_np_dtype = _get_np_dtype
 
 
 

@@ -44,3 +44,20 @@ def test_the_set_up_the_tests_import_is_the_one_pytest_configured():
     assert conftest.HAS_CUDA == torch.cuda.is_available()
     assert conftest.DEVICE == ("cuda" if torch.cuda.is_available() else "cpu")
     assert conftest.HAS_CUDA or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter runs only without CUDA")
+def test_the_numpy_dtype_kept_for_a_triton_type_is_the_one_it_would_work_out():
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    uncached = getattr(interpreter._get_np_dtype, "uncached", interpreter._get_np_dtype)
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64, tl.float16,
+               tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv]
+    types = [*scalars, *(tl.pointer_type(t) for t in scalars), *(tl.block_type(t, [16, 32]) for t in scalars),
+             *(tl.block_type(t, [8]) for t in scalars), *(tl.block_type(tl.pointer_type(t), [4]) for t in scalars)]
+    for _ in range(2):  # asked afresh, then kept
+        for t in types:
+            assert interpreter._get_np_dtype(t) == uncached(t), t
+    with pytest.raises(KeyError):
+        interpreter._get_np_dtype(tl.void)

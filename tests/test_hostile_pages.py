@@ -25,7 +25,7 @@ import pytest
 from lab import REPO_ROOT
 from lab.publish import escape
 from lab.publish.render import _jinja
-from sitetools import SITE_TOOLS, load_tool, require_vendored_assets
+from sitetools import SHARED_CACHES, SITE_TOOLS, load_tool, require_vendored_assets
 from warm_python import run_python
 
 build_results = load_tool("build_results")
@@ -334,7 +334,7 @@ def hostile_site(tmp_path_factory):
                                "--docs-dir", str(root / "docs")])
     assert code == 0, "hostile text is valid text: every record renders"
     assert all(p.read_bytes() == content for p, content in hand_written.items())
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", **SHARED_CACHES}
     env.pop("TRITON_INTERPRET", None)
     proc = run_python(["-m", "mkdocs", "build", "--strict", "--site-dir", str(root / "site")], cwd=root, env=env,
                       timeout=600)

@@ -16,7 +16,7 @@ import pytest
 
 from lab import REPO_ROOT
 from lab.publish.views import page_anchor
-from sitetools import SITE_TOOLS, load_tool, posts, require_vendored_assets
+from sitetools import SHARED_CACHES, SITE_TOOLS, load_tool, posts, require_vendored_assets
 from warm_python import run_python
 
 DOCS = REPO_ROOT / "docs"
@@ -139,7 +139,7 @@ def test_a_hostile_newest_record_leaves_every_post_link_working(tmp_path):
     assert code == 0, "a refused record is reported, and the rest renders"
     page = (root / "docs" / "experiments" / f"{SLUG}.md").read_text(encoding="utf-8")
     assert f"{{ #gpu-{GPU_KEY}-roofline }}" in page and "20991231T000000Z" in page, "the hostile record is newest"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", **SHARED_CACHES}
     env.pop("TRITON_INTERPRET", None)
     proc = run_python(["-m", "mkdocs", "build", "--strict", "--site-dir", str(root / "site")], cwd=root, env=env,
                       timeout=900)

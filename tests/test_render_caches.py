@@ -207,3 +207,11 @@ def test_a_published_record_is_made_once_and_the_cache_follows_the_setting(recor
     entries = set((root / records.CACHE_DIR).iterdir())
     _publish(records, record_with_a_host, tmp_path / "e.json.gz", root)
     assert set((root / records.CACHE_DIR).iterdir()) == entries
+    # a folder named there holds the cache instead, for any root (a sandboxed copy of the site's)
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("KERNEL_LAB_SITE_RECORD_CACHE", str(elsewhere))
+    monkeypatch.delenv(records.SHOW_HOSTS)
+    assert _publish(records, record_with_a_host, tmp_path / "f.json.gz", tmp_path / "sandbox") == expected
+    assert len(list(elsewhere.iterdir())) == 1 and set((root / records.CACHE_DIR).iterdir()) == entries
+    monkeypatch.setattr(records, "published_bytes", never)
+    assert _publish(records, record_with_a_host, tmp_path / "g.json.gz", tmp_path / "other") == expected

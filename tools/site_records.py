@@ -78,17 +78,19 @@ def published_bytes(stored: bytes, compressed: bool) -> bytes:
 
 # Aliasing a host re-writes and re-compresses the whole record (a quarter of a site build for 59 records), and
 # gives the same bytes for the same stored bytes, code and setting: the result is kept in this folder of the
-# repository root (git-ignored), named by the SHA-256 of all three. KERNEL_LAB_SITE_RECORD_CACHE=off turns it off.
+# repository root (git-ignored), named by the SHA-256 of all three. KERNEL_LAB_SITE_RECORD_CACHE=off turns it off;
+# a folder path there moves it (as lab.cache_folder reads the lab's caches' settings).
 CACHE_DIR = ".cache/site-records"
 
 
 def _cache_entry(root: Path | None, stored: bytes, compressed: bool) -> Path | None:
-    if root is None or os.environ.get("KERNEL_LAB_SITE_RECORD_CACHE", "").strip().lower() in ("off", "0", "no", "false"):
+    setting = os.environ.get("KERNEL_LAB_SITE_RECORD_CACHE", "").strip()
+    if root is None or setting.lower() in ("off", "0", "no", "false"):
         return None
     digest = hashlib.sha256(Path(__file__).read_bytes())
     digest.update(f"\0{os.environ.get(SHOW_HOSTS) == '1'}\0{compressed}\0".encode())
     digest.update(stored)
-    return root / CACHE_DIR / digest.hexdigest()
+    return (Path(setting) if setting else root / CACHE_DIR) / digest.hexdigest()
 
 
 class PublishedRecord(File):

@@ -33,7 +33,7 @@ def pytest_configure(config):
         os.environ.setdefault("TRITON_INTERPRET", "1")
     DEVICE = "cuda" if HAS_CUDA else "cpu"
     if os.environ.get("TRITON_INTERPRET") == "1":
-        _keep_interpreter_answers()
+        _speed_up_the_interpreter()
 
 
 def _hands_out_tests_only(config) -> bool:
@@ -43,14 +43,21 @@ def _hands_out_tests_only(config) -> bool:
     return bool(getattr(config.option, "numprocesses", None)) and getattr(config.option, "dist", "no") != "no"
 
 
-def _keep_interpreter_answers() -> None:
-    """Two answers Triton 3.6's interpreter works out again and again, kept instead.
+def _speed_up_the_interpreter() -> None:
+    """Three things Triton 3.6's interpreter works out again and again, worked out once or only when asked; what
+    each kernel computes is unchanged (tests/test_suite_setup.py holds each to what the interpreter does alone).
 
-    Triton 3.6's interpreter re-patches triton.language at every call of a @triton.jit helper, listing every
-    member of the language's modules and classes (inspect.getmembers) to find its builtins each time: a fifth
-    of an interpreter test's time. Which members are builtins never changes, so they are listed here, once,
-    while the language is as Triton made it (no kernel has run yet); each call then patches those of them that
-    are still builtins, exactly as the full listing would (tests/test_suite_setup.py holds the two equal)."""
+    * At every call of a @triton.jit helper it re-patches triton.language, listing every member of the
+      language's modules and classes (inspect.getmembers) to find the builtins: a fifth of an interpreter
+      test's time. Which members are builtins never changes, so they are listed here, once, while the language
+      is as Triton made it (no kernel has run yet); each call then patches those of them that are still
+      builtins, exactly what the full listing would find.
+    * Every value it touches asks which numpy dtype holds its Triton type, and each answer built a table of
+      nineteen types first. The answer is a function of the element type alone (a block's is its element's,
+      every pointer's is uint64): each is kept.
+    * Every tensor it makes builds a tuple of its shape, and every such tuple names its type in a string
+      (language.core.tuple), which almost nothing reads. The type is made when it is first read, from the
+      same values (a tuple given its type keeps it, as before)."""
     import inspect
 
     import triton
@@ -74,24 +81,55 @@ def _keep_interpreter_answers() -> None:
     _patch_builtin.builtins = names  # for the test that holds them equal to a full listing
     interpreter._patch_builtin = _patch_builtin
 
-    # Every value the interpreter touches asks which numpy dtype holds its Triton type, and each answer built
-    # a table of nineteen types first (a tenth of an interpreter test). The answer is a function of the
-    # type, and equal types (same name, element and shape) have the same answer: each is kept.
     np_dtype = interpreter._get_np_dtype
     known: dict = {}
 
     def _get_np_dtype(tt_dtype):
+        key = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(key, tl.pointer_type):
+            key = tl.pointer_type
         try:
-            return known[tt_dtype]
+            return known[key]
         except KeyError:
-            found = known[tt_dtype] = np_dtype(tt_dtype)
+            found = known[key] = np_dtype(tt_dtype)
             return found
-        except TypeError:  # not hashable: asked afresh
+        except TypeError:  # a type that cannot be a key: asked afresh
             return np_dtype(tt_dtype)
 
     _get_np_dtype.uncached = np_dtype
     interpreter._get_np_dtype = _get_np_dtype
 
+    core = tl.core
+    expected = ("    def __init__(self, args: Sequence, type: Optional[tuple_type] = None):\n"
+                "        self.values = [i for i in args]\n"
+                "        if isinstance(type, tuple_type):\n"
+                "            self.type = type\n"
+                "        elif type is not None:  # make_template in ASTFunction.deserialize may pass us a list/tuple\n"
+                "            self.type = tuple_type(type)\n"
+                "        else:\n"
+                "            self.type = _type_for_tuple_values(self.values)\n")
+    if inspect.getsource(core.tuple.__init__) != expected or "type" in vars(core.tuple):
+        return  # not the constructor this replaces
+
+    def __init__(self, args, type=None):
+        self.values = [i for i in args]
+        if isinstance(type, core.tuple_type):
+            self.type = type
+        elif type is not None:
+            self.type = core.tuple_type(type)
+
+    class TypeWhenRead:
+        """The tuple's type, made from its values on first reading and kept as its attribute from then on."""
+
+        def __get__(self, obj, owner=None):
+            if obj is None:
+                return self
+            made = obj.__dict__["type"] = core._type_for_tuple_values(obj.values)
+            return made
+
+    __init__.replaced = core.tuple.__init__
+    core.tuple.__init__ = __init__
+    core.tuple.type = TypeWhenRead()
 
 
 @pytest.fixture

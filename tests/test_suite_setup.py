@@ -61,3 +61,34 @@ def test_the_numpy_dtype_kept_for_a_triton_type_is_the_one_it_would_work_out():
             assert interpreter._get_np_dtype(t) == uncached(t), t
     with pytest.raises(KeyError):
         interpreter._get_np_dtype(tl.void)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter runs only without CUDA")
+def test_a_tuple_reads_the_type_it_was_given_or_would_have_been():
+    import triton
+    import triton.language as tl
+
+    core = tl.core
+    replaced = getattr(core.tuple.__init__, "replaced", None)
+    if triton.__version__ == "3.6.0":
+        assert replaced is not None, "Triton 3.6's tuple constructor is the one conftest replaces"
+    if replaced is None:
+        pytest.skip("this Triton's tuple is as Triton made it")
+
+    def eager(values, type=None):
+        made = core.tuple.__new__(core.tuple)
+        replaced(made, values, type)
+        return made
+
+    for values in ([], [1, 2.5, tl.float32], [core.constexpr(4), 8], [core.tuple([1, 2]), 3]):
+        lazy, before = core.tuple(values), eager(values)
+        assert (lazy.type.name, lazy.type.fields) == (before.type.name, before.type.fields), values
+        assert lazy.type is lazy.type, "made once"
+    given = core.tuple_type([core.constexpr_type(1), core.constexpr_type(2)], ["a", "b"])
+    assert core.tuple([1, 2], given).type is given and core.tuple([1, 2], given).a == 1
+    listed = core.tuple([1, 2], [core.constexpr_type(1), core.constexpr_type(2)])
+    assert listed.type.name == eager([1, 2], [core.constexpr_type(1), core.constexpr_type(2)]).type.name
+    changed, before = core.tuple([1, 2]), eager([1, 2])
+    changed._setitem(core.constexpr(0), 7)
+    before._setitem(core.constexpr(0), 7)
+    assert changed.type.name == before.type.name == core._type_for_tuple_values([7, 2]).name

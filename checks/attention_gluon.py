@@ -45,6 +45,14 @@ FORWARD_CASES = [
     ((2, 2, 2, 256, 256, 128), False, "float16"),
 ]
 MASK_CASES = [(128, False), (64, True)]
+# --variants, the persistent plan only: more query tiles than an H100 or H200 has SMs (132), so every program
+# walks several, causal ones of every length; fewer keys than queries; and a key mask over many tiles.
+PERSISTENT_CASES = [
+    ((4, 8, 2, 2049, 2049, 128), True, "bfloat16"),
+    ((4, 8, 2, 2049, 2049, 128), False, "bfloat16"),
+    ((3, 16, 4, 1500, 1700, 64), True, "float16"),
+    ((8, 8, 8, 777, 300, 128), True, "bfloat16"),
+]
 GRAD_CASES = [((2, 4, 2, 333, 333, 128), True, "bfloat16"), ((1, 2, 2, 200, 200, 64), False, "float16")]
 TIMED = [(s, d, c) for d in (64, 128) for s in (1024, 4096) for c in (False, True)]
 # --variants: Gluon plans beside the default (ping-pong consumers, other ring depths), two more lengths at
@@ -64,7 +72,7 @@ def _variant_plans(head_dim: int) -> dict:
 
     base = plan_attention(4096, head_dim, __import__("torch").bfloat16, False, impl="gluon")
     deeper = {64: 4, 128: 3}[head_dim]
-    plans = {"gluon_pp": replace(base, pingpong=True)}
+    plans = {"gluon_pp": replace(base, pingpong=True), "gluon_persist": replace(base, persistent=True)}
     if head_dim == 128:
         plans |= {f"gluon_s{deeper}": replace(base, num_stages=deeper),
                   f"gluon_pp_s{deeper}": replace(base, num_stages=deeper, pingpong=True)}
@@ -105,8 +113,10 @@ def _correctness(out: Path) -> int:
             _check_forward(o, lse, q, k, v, causal)
         record(f"forward {shape} causal={causal} {dtype_name}", forward)
     if VARIANTS:  # every variant plan over part of the cases
-        for shape, causal, dtype_name in FORWARD_CASES[:7:2] + [FORWARD_CASES[1]]:
+        for shape, causal, dtype_name in FORWARD_CASES:
             for name, plan in _variant_plans(shape[-1]).items():
+                if name != "gluon_persist" and (shape, causal, dtype_name) not in FORWARD_CASES[:7:2] + [FORWARD_CASES[1]]:
+                    continue
                 def variant(shape=shape, causal=causal, dtype=getattr(torch, dtype_name), plan=plan):
                     q, k, v = _inputs(shape, dtype, "cuda", gen)
                     o = torch.full_like(q, math.nan)
@@ -114,6 +124,33 @@ def _correctness(out: Path) -> int:
                     attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), plan, out=o, lse=lse)
                     _check_forward(o, lse, q, k, v, causal)
                 record(f"{name} {shape} causal={causal} {dtype_name}", variant)
+
+    if VARIANTS:
+        for shape, causal, dtype_name in PERSISTENT_CASES:
+            plan = _variant_plans(shape[-1])["gluon_persist"]
+
+            def persistent(shape=shape, causal=causal, dtype=getattr(torch, dtype_name), plan=plan):
+                q, k, v = _inputs(shape, dtype, "cuda", gen)
+                o = torch.full_like(q, math.nan)
+                lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=q.device)
+                attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), plan, out=o, lse=lse)
+                _check_forward(o, lse, q, k, v, causal)
+            record(f"gluon_persist {shape} causal={causal} {dtype_name}", persistent)
+
+        def persistent_masked():
+            shape = (4, 40, 8, 300, 700, 128)
+            q, k, v = _inputs(shape, torch.bfloat16, "cuda", gen)
+            mask = torch.rand(4, 700, generator=gen) > 0.35
+            mask[1, 150:] = False
+            mask[3] = False
+            mask = mask.cuda()
+            o = torch.full_like(q, math.nan)
+            lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=q.device)
+            attention_fwd(q, k, v, True, 1 / math.sqrt(128), _variant_plans(128)["gluon_persist"], out=o, lse=lse,
+                          key_mask=mask)
+            _check_forward(o, lse, q, k, v, True, key_mask=mask)
+            assert torch.equal(o[3], torch.zeros_like(o[3])) and bool((lse[3] == -math.inf).all())
+        record("gluon_persist key mask D=128 causal=True", persistent_masked)
 
     for head_dim, causal in MASK_CASES:
         def masked(head_dim=head_dim, causal=causal):

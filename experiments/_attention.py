@@ -36,7 +36,8 @@ HEAD_DIMS = (128, 64)
 # Grouped-query cases: head dim (so H = WIDTH // 128 = 16 query heads), key/value heads, sequence lengths.
 GQA_HEAD_DIM, GQA_KV_HEADS = 128, 4
 GQA_SEQS = (2048, 8192, 16384)
-ATTENTION_SOURCES = ("kernels/attention.py", "kernels/attention_kernels.py", "kernels/_checks.py")
+ATTENTION_SOURCES = ("kernels/attention.py", "kernels/attention_kernels.py", "kernels/attention_gluon.py",
+                     "kernels/attention_choice.py", "kernels/_checks.py")
 REFERENCE_SOURCES = ("kernels/reference_attention.py",)
 
 # The unfused path's scores, bytes per score: S in bf16, S and P in fp32, P in bf16 (attention_reference)

@@ -41,7 +41,8 @@ BLOCK_SOURCES = ("kernels/reference_decoder.py", "kernels/kv_cache.py")
 LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kernels/kv_cache.py", "kernels/rotary.py",
                "kernels/rmsnorm_linear.py",
                "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py", "kernels/_gemv.py",
-               "kernels/attention.py", "kernels/attention_kernels.py", "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
+               "kernels/attention.py", "kernels/attention_kernels.py", "kernels/attention_gluon.py", "kernels/attention_choice.py",
+               "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
                "kernels/_checks.py")
 QUANT_SOURCES = LAB_SOURCES + ("kernels/dequant_linear.py", "kernels/int4_gluon.py", "kernels/quantize.py")
 # gemlite's blocks: the plain block, its projections packed by gemlite from the lab's quantised values

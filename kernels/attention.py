@@ -42,6 +42,7 @@ from kernels.attention_choice import (  # noqa: F401 (the choice's names, import
     GLUON_AUTO_MIN_KEYS,
     GLUON_BLOCK_M,
     GLUON_BLOCK_N,
+    GLUON_PERSISTENT,
     GLUON_PINGPONG,
     GLUON_STAGES,
     GLUON_WARPS,
@@ -123,6 +124,7 @@ class AttentionPlan:
     warp_specialize: bool = False  # forward, with tma: warp-specialised unmasked loop
     impl: str = "triton"  # "triton" (kernels/attention_kernels.py) or "gluon" (kernels/attention_gluon.py)
     pingpong: bool = False  # Gluon forward: the two consumer warpgroups issue their products in turns
+    persistent: bool = False  # Gluon forward: one program an SM walks query tiles (causal: longest first)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -145,7 +147,8 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
                         "dtypes are float16, bfloat16.")
     if direction == "forward" and impl == "gluon":
         return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
-                             warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG)
+                             warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG,
+                             persistent=GLUON_PERSISTENT)
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
     if direction == "forward" and head_dim in _SHORT_KEYS_TILE and (seq_q if seq_k is None else seq_k) <= SHORT_KEYS_MAX:
         block_m, block_n, num_warps, num_stages = _SHORT_KEYS_TILE[head_dim]
@@ -254,7 +257,8 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     if plan.impl == "gluon":
         from kernels.attention_gluon import attention_fwd_gluon
 
-        attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong)
+        attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong,
+                            plan.persistent)
         return o, lse
     use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None

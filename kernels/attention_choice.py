@@ -24,6 +24,13 @@ GLUON_STAGES = {64: 3, 128: 2}
 # (notes/attention.md, 2026-11-26): none ran more than 3% above it at any point, several 3-9% below, so
 # the plan keeps consumers that do not take turns and the stages above.
 GLUON_PINGPONG = False
+# A persistent grid (one program an SM walking query tiles, causal ones longest first across every head, the
+# next tile's Q and first K/V loading while the last tile's value product and O store finish), timed beside
+# the plan (notes/attention.md, 2026-11-27, H100, bf16, TFLOP/s): head dim 128 without a mask 512 against 481
+# at S = 1024, 581 against 563 at 4096, but 505 against 547 at 2048 and 574 against 599 at 8192; causal 20-24%
+# lower from 1024 to 8192 (longest first across heads puts 132 heads' keys in flight at once, more than the
+# L2 holds). Off until a head-major causal order is measured.
+GLUON_PERSISTENT = False
 # Where "auto" takes the Gluon forward once it can run (measured on the H100, bf16, notes/attention.md,
 # 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048
 # keys on, causal and not, and 0.93-1.09x at 1,024; at head dim 64 0.79-0.97x at every point: not taken.

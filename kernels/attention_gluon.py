@@ -40,6 +40,8 @@ back to the Triton kernel elsewhere.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -71,23 +73,61 @@ NUM_WARPS = 4  # the default partition (consumer 0); the workers add 4 + 1
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free,
-            b, h, h_kv, start_m, n_tiles, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    # The Q tile's two halves once, then K_j and V_j into slot j % STAGES once the consumers have freed it.
-    # mbarriers start as if their phase 1 had completed, so the first pass over the ring does not wait.
+def _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, n_bh, BLOCK_N: gl.constexpr, block_m: gl.constexpr,
+                CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
+    # Query tile t's (b, h, first query, key tiles walked). Causal tiles come longest first: within each
+    # (batch, head) when every tile is its own program (the hardware hands programs out in order), across all
+    # of them when PERSISTENT programs take tiles t = pid, pid + grid, ... (each program then gets a share of
+    # every length).
+    if CAUSAL and PERSISTENT:
+        bh = t % n_bh
+        pid_m = n_blocks_m - 1 - t // n_bh
+    else:
+        bh = t // n_blocks_m
+        pid_m = t % n_blocks_m
+        if CAUSAL:
+            pid_m = n_blocks_m - 1 - pid_m
+    start_m = pid_m * block_m
+    if CAUSAL:  # the keys the block's last row may see; at least one tile is walked (all hidden if none)
+        hi = gl.maximum(gl.minimum(seq_k, start_m + block_m + seq_k - seq_q), 0)
+    else:
+        hi = seq_k
+    return bh // n_heads, bh % n_heads, bh, start_m, gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
+
+
+@gluon.jit
+def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
+            seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+            CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
+    # For each query tile of the program: its Q halves once the consumers are done with the last tile's
+    # (q_free), then K_j and V_j into ring slot c % STAGES once the consumers have freed it; c counts key
+    # tiles over the program's whole life, so the ring runs on across query tiles and the next tile's first
+    # loads land while the consumers finish the last one. mbarriers start as if their phase 1 had completed,
+    # so the first pass over the ring does not wait.
     wg_m: gl.constexpr = q_desc.block_type.shape[2]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [b, h, start_m + wg_m, 0], q_bar, q_smem.index(1))
-    for j in range(n_tiles):
-        slot = j % STAGES
-        phase = (j // STAGES) & 1
-        mbarrier.wait(k_free.index(slot), phase ^ 1)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, h_kv, j * BLOCK_N, 0], k_ready.index(slot), k_smem.index(slot))
-        mbarrier.wait(v_free.index(slot), phase ^ 1)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [b, h_kv, j * BLOCK_N, 0], v_ready.index(slot), v_smem.index(slot))
+    c = 0
+    i = 0
+    for t in range(gl.program_id(0), n_blocks_m * n_bh, gl.num_programs(0)):
+        b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, n_bh, BLOCK_N, 2 * wg_m,
+                                                 CAUSAL, PERSISTENT)
+        h_kv = h // group
+        mbarrier.wait(q_free, (i & 1) ^ 1)
+        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem.index(0))
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + wg_m, 0], q_bar, q_smem.index(1))
+        for j in range(n_tiles):
+            slot = c % STAGES
+            phase = (c // STAGES) & 1
+            mbarrier.wait(k_free.index(slot), phase ^ 1)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [b, h_kv, j * BLOCK_N, 0], k_ready.index(slot),
+                                            k_smem.index(slot))
+            mbarrier.wait(v_free.index(slot), phase ^ 1)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [b, h_kv, j * BLOCK_N, 0], v_ready.index(slot),
+                                            v_smem.index(slot))
+            c += 1
+        i += 1
 
 
 @gluon.jit
@@ -127,19 +167,20 @@ def _pass_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 @gluon.jit
 def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free, turn, mask_base, limit,
-                   lo, hi, seq_k, stride_mk, qk_scale, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   base, lo, hi, seq_k, stride_mk, qk_scale, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                    STAGES: gl.constexpr, MASK: gl.constexpr, KEY_MASK: gl.constexpr, s_layout: gl.constexpr,
                    o_layout: gl.constexpr, p_layout: gl.constexpr, WG: gl.constexpr, PINGPONG: gl.constexpr):
     # Key tiles [lo, hi), lo >= 1: S_j = Q K_j^T and O += P_{j-1} V_{j-1} issued back to back; the softmax of
-    # S_j runs while the second product is in flight.
+    # S_j runs while the second product is in flight. Tile j sits in ring position base + j.
     wg_m: gl.constexpr = q_view.shape[0]
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     for j in range(lo, hi):
-        slot = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(k_ready.index(slot), (j // STAGES) & 1)
+        c = base + j
+        slot = c % STAGES
+        prev = (c - 1) % STAGES
+        mbarrier.wait(k_ready.index(slot), (c // STAGES) & 1)
         k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((c - 1) // STAGES) & 1)
         _take_turn(turn, j, WG, PINGPONG)
         s_acc = warpgroup_mma(q_view, k_t, gl.zeros([wg_m, BLOCK_N], gl.float32, s_layout),
                               use_acc=False, is_async=True)
@@ -161,128 +202,128 @@ def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_r
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
-              b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
+def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+              seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
               stride_mk, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr):
-    # Warpgroup WG's 64 queries against every key tile the program walks; writes their O rows and lse.
+              CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr):
+    # Warpgroup WG's 64 queries of each query tile the program takes, against every key tile they may see;
+    # writes their O rows and lse. c: key tiles consumed so far (the loader's ring position).
     wg_m: gl.constexpr = q_smem.shape[3]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row0 = start_m + WG * wg_m
-    rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
-    # Row i sees keys j < limit_i; tiles below n_full are seen whole by every row of the warpgroup.
-    causal_offset = seq_k - seq_q
-    if CAUSAL:
-        limit = gl.minimum(rows + (causal_offset + 1), seq_k)
-        n_full = gl.minimum(gl.maximum(row0 + causal_offset + 1, 0), seq_k) // BLOCK_N
-    else:
-        limit = gl.full([wg_m], seq_k, gl.int32, gl.SliceLayout(1, s_layout))
-        n_full = seq_k // BLOCK_N
-    if KEY_MASK:
-        n_full = 0
-    mask_base = mask_ptr
-    if KEY_MASK:
-        mask_base += b.to(gl.int64) * stride_mb
-    m = gl.full([wg_m], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
-    d = gl.zeros([wg_m], gl.float32, gl.SliceLayout(1, s_layout))
     q_view = q_smem.index(WG).reshape([wg_m, HEAD_DIM])
+    causal_offset = seq_k - seq_q
+    c = 0
+    i = 0
+    for t in range(gl.program_id(0), n_blocks_m * n_bh, gl.num_programs(0)):
+        b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, n_bh, BLOCK_N, 2 * wg_m,
+                                                 CAUSAL, PERSISTENT)
+        row0 = start_m + WG * wg_m
+        rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
+        # Row i sees keys j < limit_i; tiles below n_full are seen whole by every row of the warpgroup.
+        if CAUSAL:
+            limit = gl.minimum(rows + (causal_offset + 1), seq_k)
+            n_full = gl.minimum(gl.maximum(row0 + causal_offset + 1, 0), seq_k) // BLOCK_N
+        else:
+            limit = gl.full([wg_m], seq_k, gl.int32, gl.SliceLayout(1, s_layout))
+            n_full = seq_k // BLOCK_N
+        if KEY_MASK:
+            n_full = 0
+        mask_base = mask_ptr
+        if KEY_MASK:
+            mask_base += b.to(gl.int64) * stride_mb
+        m = gl.full([wg_m], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+        d = gl.zeros([wg_m], gl.float32, gl.SliceLayout(1, s_layout))
 
-    # Tile 0, always through the masked softmax: S_0 alone, then its P waits for the loop's first V product.
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-    _take_turn(turn, 0, WG, PINGPONG)
-    s_acc = warpgroup_mma(q_view, k_t, gl.zeros([wg_m, BLOCK_N], gl.float32, s_layout), use_acc=False,
-                          is_async=True)
-    _pass_turn(turn, WG, PINGPONG)
-    s = warpgroup_mma_wait(0, deps=(s_acc, ))
-    mbarrier.arrive(k_free.index(0))
-    keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    kept = keys < seq_k
-    if KEY_MASK:
-        kept = gl.load(mask_base + keys.to(gl.int64) * stride_mk, mask=kept, other=0) != 0
-    p, m, d, alpha = _softmax_tile(s, m, d, keys, limit, kept, qk_scale, True, KEY_MASK)
-    p_prev = gl.convert_layout(p.to(q_view.dtype), p_layout)
-    o = gl.zeros([wg_m, HEAD_DIM], gl.float32, o_layout)
+        # Tile 0, always through the masked softmax: S_0 alone, then its P waits for the loop's first V product.
+        mbarrier.wait(q_bar, i & 1)
+        mbarrier.wait(k_ready.index(c % STAGES), (c // STAGES) & 1)
+        k_t = k_smem.index(c % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        _take_turn(turn, 0, WG, PINGPONG)
+        s_acc = warpgroup_mma(q_view, k_t, gl.zeros([wg_m, BLOCK_N], gl.float32, s_layout), use_acc=False,
+                              is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(0, deps=(s_acc, ))
+        mbarrier.arrive(k_free.index(c % STAGES))
+        keys = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        kept = keys < seq_k
+        if KEY_MASK:
+            kept = gl.load(mask_base + keys.to(gl.int64) * stride_mk, mask=kept, other=0) != 0
+        p, m, d, alpha = _softmax_tile(s, m, d, keys, limit, kept, qk_scale, True, KEY_MASK)
+        p_prev = gl.convert_layout(p.to(q_view.dtype), p_layout)
+        o = gl.zeros([wg_m, HEAD_DIM], gl.float32, o_layout)
 
-    mid = gl.maximum(n_full, 1)
-    o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
-                                     turn, mask_base, limit, 1, mid, seq_k, stride_mk, qk_scale, BLOCK_N, HEAD_DIM,
-                                     STAGES, False, KEY_MASK, s_layout, o_layout, p_layout, WG, PINGPONG)
-    o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
-                                     turn, mask_base, limit, mid, n_tiles, seq_k, stride_mk, qk_scale, BLOCK_N,
-                                     HEAD_DIM, STAGES, True, KEY_MASK, s_layout, o_layout, p_layout, WG, PINGPONG)
-    # The last tile's value product.
-    last = n_tiles - 1
-    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-    _take_turn(turn, n_tiles, WG, PINGPONG)
-    o_acc = warpgroup_mma(p_prev, v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM]), o, is_async=True)
-    _pass_turn(turn, WG, PINGPONG)
-    o, p_prev = warpgroup_mma_wait(0, deps=(o_acc, p_prev))
-    mbarrier.arrive(v_free.index(last % STAGES))
+        mid = gl.maximum(n_full, 1)
+        o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
+                                         turn, mask_base, limit, c, 1, mid, seq_k, stride_mk, qk_scale, BLOCK_N,
+                                         HEAD_DIM, STAGES, False, KEY_MASK, s_layout, o_layout, p_layout, WG,
+                                         PINGPONG)
+        o, p_prev, m, d = _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_ready, v_free,
+                                         turn, mask_base, limit, c, mid, n_tiles, seq_k, stride_mk, qk_scale,
+                                         BLOCK_N, HEAD_DIM, STAGES, True, KEY_MASK, s_layout, o_layout, p_layout, WG,
+                                         PINGPONG)
+        # Every score product of this tile is done: the loader may bring the next tile's Q.
+        mbarrier.arrive(q_free)
+        # The last tile's value product.
+        last = c + n_tiles - 1
+        mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+        _take_turn(turn, n_tiles, WG, PINGPONG)
+        o_acc = warpgroup_mma(p_prev, v_smem.index(last % STAGES).reshape([BLOCK_N, HEAD_DIM]), o, is_async=True)
+        _pass_turn(turn, WG, PINGPONG)
+        o, p_prev = warpgroup_mma_wait(0, deps=(o_acc, p_prev))
+        mbarrier.arrive(v_free.index(last % STAGES))
 
-    # A row that saw no key has d = 0: O = 0 and lse = -inf.
-    empty = d == 0.0
-    d_safe = gl.where(empty, 1.0, d)
-    lse = gl.where(empty, -float("inf"), (m + gl.log2(d_safe)) * _LN2)
-    gl.store(lse_ptr + bh.to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
-    o = o / gl.convert_layout(d_safe, gl.SliceLayout(1, o_layout))[:, None]
-    o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))
-    o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    o_base = o_ptr + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
-    offs = o_rows.to(gl.int64)[:, None] * stride_os + o_cols[None, :]
-    gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty), mask=(o_rows < seq_q)[:, None])
+        # A row that saw no key has d = 0: O = 0 and lse = -inf.
+        empty = d == 0.0
+        d_safe = gl.where(empty, 1.0, d)
+        lse = gl.where(empty, -float("inf"), (m + gl.log2(d_safe)) * _LN2)
+        gl.store(lse_ptr + bh.to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
+        o = o / gl.convert_layout(d_safe, gl.SliceLayout(1, o_layout))[:, None]
+        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))
+        o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        o_base = o_ptr + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
+        offs = o_rows.to(gl.int64)[:, None] * stride_os + o_cols[None, :]
+        gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty), mask=(o_rows < seq_q)[:, None])
+        c += n_tiles
+        i += 1
 
 
 @gluon.jit
-def _consumer_1(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
-                b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
-                stride_mk, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr):
-    _consumer(q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr, b, h,
-              bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk, 1,
-              HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)
+def _consumer_1(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
+                stride_mb, stride_mk, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr):
+    _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+              seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
+              stride_mk, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, PERSISTENT)
 
 
 @gluon.jit
 def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq_k, n_heads, group,
-                                qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk,
+                                n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk,
                                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                                 CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr,
-                                CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
-    # One program: 2 x 64 queries of one (batch, head); causal programs start with the longest rows.
+                                PERSISTENT: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    # Query tiles of 2 x 64 queries of one (batch, head): tile pid alone, or, PERSISTENT, tiles pid, pid +
+    # grid, ... (_query_tile orders them).
     wg_m: gl.constexpr = q_desc.block_type.shape[2]
-    block_m: gl.constexpr = 2 * wg_m
-    n_blocks_m = gl.cdiv(seq_q, block_m)
-    bh = gl.program_id(0) // n_blocks_m
-    pid_m = gl.program_id(0) % n_blocks_m
-    if CAUSAL:
-        pid_m = n_blocks_m - 1 - pid_m
-    b = bh // n_heads
-    h = bh % n_heads
-    h_kv = h // group
-    start_m = pid_m * block_m
-    if CAUSAL:  # the keys the block's last row may see; at least one tile is walked (all hidden if none)
-        hi = gl.maximum(gl.minimum(seq_k, start_m + block_m + seq_k - seq_q), 0)
-    else:
-        hi = seq_k
-    n_tiles = gl.maximum(gl.cdiv(hi, BLOCK_N), 1)
-
+    n_blocks_m = gl.cdiv(seq_q, 2 * wg_m)
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_free, count=2)  # both consumers are done with the Q tile
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
@@ -293,14 +334,14 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
-                     b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
-                     stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)),
-        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
-                       mask_ptr, b, h, bh, start_m, n_tiles, seq_q, seq_k, qk_scale, stride_ob, stride_oh, stride_os,
-                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_free, v_ready, v_free, b, h, h_kv,
-                   start_m, n_tiles, BLOCK_N, STAGES)),
+        (_consumer, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                     mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
+                     stride_mb, stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, PERSISTENT)),
+        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                       mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
+                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, PERSISTENT)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
+                   seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -319,10 +360,11 @@ def descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), shape, layout)
 
 
-def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
-                pingpong: bool = False) -> tuple:
+def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None, pingpong: bool = False,
+                persistent_programs: int | None = None) -> tuple:
     """(grid, positional args, meta) of one launch; the tensors may live on the 'meta' device (shapes and
-    strides only), which is how the CPU compiles the kernel for sm_90 without a GPU."""
+    strides only), which is how the CPU compiles the kernel for sm_90 without a GPU. persistent_programs:
+    None, one program a query tile; else at most that many programs, each taking every grid-th tile."""
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
     if key_mask is None:
@@ -330,25 +372,34 @@ def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_ma
     else:
         mask, stride_mb, stride_mk = key_mask.view(torch.uint8), key_mask.stride(0), key_mask.stride(1)
     args = (descriptor(q, WARPGROUP_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), o, lse, mask, seq_q, seq_k,
-            n_heads, n_heads // n_kv_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2), stride_mb,
-            stride_mk)
-    meta = dict(HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal,
-                KEY_MASK=key_mask is not None, PINGPONG=pingpong, CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
-    grid = (triton.cdiv(seq_q, BLOCK_M) * batch * n_heads,)
+            n_heads, n_heads // n_kv_heads, batch * n_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
+            stride_mb, stride_mk)
+    meta = dict(HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal, KEY_MASK=key_mask is not None,
+                PINGPONG=pingpong, PERSISTENT=persistent_programs is not None, CONSUMER_REGS=CONSUMER_REGS,
+                LOADER_REGS=LOADER_REGS)
+    tiles = triton.cdiv(seq_q, BLOCK_M) * batch * n_heads
+    grid = (tiles if persistent_programs is None else max(1, min(tiles, persistent_programs)),)
     return grid, args, meta
 
 
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def attention_fwd_gluon(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
-                        pingpong: bool = False) -> None:
+                        pingpong: bool = False, persistent: bool = False) -> None:
     """Writes O into o and lse (fp32, natural log) into lse; q, k, v (batch, heads, seq, head_dim) with
     16-byte aligned bases and strides and a unit last stride; seq_q, seq_k >= 1 (the caller handles empty
-    shapes)."""
-    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong)
+    shapes). persistent: one program an SM (a program fills one: its registers), each walking query tiles."""
+    programs = _sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()) \
+        if persistent else None
+    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong, programs)
     _attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int,
-                     pingpong: bool = False):
+                     pingpong: bool = False, persistent: bool = False):
     """The kernel compiled for sm_90 from shapes alone (no GPU: the CPU can check it builds, its registers
     and its shared memory)."""
     from triton.backends.compiler import GPUTarget
@@ -358,7 +409,8 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: 
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
-    _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong)
+    _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong,
+                                132 if persistent else None)
     fn = _attention_fwd_gluon_kernel
     signature, constants, attrs = dict.fromkeys(meta, "constexpr"), dict(meta), {}
     for i, (name, arg) in enumerate(zip(fn.arg_names, args)):

@@ -101,6 +101,32 @@ def test_gradients_through_the_triton_backward(dtype, causal, gen):
 
 
 @gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(4, 8, 2, 2049, 2049, 128), (3, 16, 4, 1500, 1700, 64), (8, 8, 8, 777, 300, 128)],
+                         ids=str)
+def test_the_persistent_grid(shape, causal, gen):
+    # More query tiles than the GPU has SMs: each program walks several (causal ones of different lengths),
+    # carrying its K/V ring and Q barrier phases from one tile to the next; then a key mask over many tiles.
+    from dataclasses import replace
+
+    plan = replace(plan_attention(shape[3], shape[-1], torch.bfloat16, causal, impl="gluon"), persistent=True)
+    q, k, v = _inputs(shape, torch.bfloat16, "cuda", gen)
+    assert 2 * torch.cuda.get_device_properties(0).multi_processor_count < (shape[3] + 127) // 128 * shape[0] * shape[1]
+    o = torch.full_like(q, math.nan)
+    lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=q.device)
+    attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), plan, out=o, lse=lse)
+    _check_forward(o, lse, q, k, v, causal)
+    mask = torch.rand(shape[0], shape[4], generator=gen) > 0.35
+    mask[1, 150:] = False
+    mask[2] = False
+    mask = mask.cuda()
+    o.fill_(math.nan)
+    attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), plan, out=o, lse=lse, key_mask=mask)
+    _check_forward(o, lse, q, k, v, causal, key_mask=mask)
+    assert torch.equal(o[2], torch.zeros_like(o[2])) and bool((lse[2] == -math.inf).all())
+
+
+@gpu
 def test_strided_inputs_and_a_strided_output(gen):
     # (batch, seq, heads, head_dim) storage viewed as (batch, heads, seq, head_dim), as models hold it.
     q, k, v = (_draw((2, 300, 4, 64), torch.bfloat16, "cuda", gen).transpose(1, 2) for _ in range(3))
@@ -184,7 +210,7 @@ def test_a_bad_impl_is_named(device, gen):
 _BUILD = """
 import json, torch
 from kernels.attention_gluon import compile_for_sm90
-c = compile_for_sm90(128, torch.bfloat16, True, False, 2)
+c = compile_for_sm90(128, torch.bfloat16, True, False, 2, persistent=True)
 ptx = c.asm["ptx"]
 print(json.dumps({"shared": c.metadata.shared, "wgmma": "wgmma.mma_async" in ptx,
                   "tma": "cp.async.bulk.tensor" in ptx, "setmaxnreg": "setmaxnreg" in ptx}))

@@ -29,7 +29,7 @@ GLUON_PINGPONG = False
 # the plan (notes/attention.md, 2026-11-27, H100, bf16, TFLOP/s): head dim 128 without a mask 512 against 481
 # at S = 1024, 581 against 563 at 4096, but 505 against 547 at 2048 and 574 against 599 at 8192; causal 20-24%
 # lower from 1024 to 8192 (longest first across heads puts 132 heads' keys in flight at once, more than the
-# L2 holds). Off until a head-major causal order is measured.
+# L2 holds). Since then (not yet timed): causal tiles head by head as the plan orders them, and two Q buffers.
 GLUON_PERSISTENT = False
 # Where "auto" takes the Gluon forward once it can run (measured on the H100, bf16, notes/attention.md,
 # 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048

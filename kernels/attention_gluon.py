@@ -73,20 +73,16 @@ NUM_WARPS = 4  # the default partition (consumer 0); the workers add 4 + 1
 
 
 @gluon.jit
-def _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, n_bh, BLOCK_N: gl.constexpr, block_m: gl.constexpr,
-                CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
-    # Query tile t's (b, h, first query, key tiles walked). Causal tiles come longest first: within each
-    # (batch, head) when every tile is its own program (the hardware hands programs out in order), across all
-    # of them when PERSISTENT programs take tiles t = pid, pid + grid, ... (each program then gets a share of
-    # every length).
-    if CAUSAL and PERSISTENT:
-        bh = t % n_bh
-        pid_m = n_blocks_m - 1 - t // n_bh
-    else:
-        bh = t // n_blocks_m
-        pid_m = t % n_blocks_m
-        if CAUSAL:
-            pid_m = n_blocks_m - 1 - pid_m
+def _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, BLOCK_N: gl.constexpr, block_m: gl.constexpr,
+                CAUSAL: gl.constexpr):
+    # Query tile t's (b, h, bh, first query, key tiles walked): tiles of one (batch, head) are consecutive, so
+    # the tiles in flight at once share a few heads' keys in the L2; causal tiles of a head come longest
+    # first (the hardware hands programs out in order, and a persistent program's tiles t, t + grid, ...
+    # then take a share of every length).
+    bh = t // n_blocks_m
+    pid_m = t % n_blocks_m
+    if CAUSAL:
+        pid_m = n_blocks_m - 1 - pid_m
     start_m = pid_m * block_m
     if CAUSAL:  # the keys the block's last row may see; at least one tile is walked (all hidden if none)
         hi = gl.maximum(gl.minimum(seq_k, start_m + block_m + seq_k - seq_q), 0)
@@ -98,7 +94,7 @@ def _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, n_bh, BLOCK_N: gl.constexp
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
             seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
+            CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr):
     # For each query tile of the program: its Q halves once the consumers are done with the last tile's
     # (q_free), then K_j and V_j into ring slot c % STAGES once the consumers have freed it; c counts key
     # tiles over the program's whole life, so the ring runs on across query tiles and the next tile's first
@@ -108,13 +104,13 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_rea
     c = 0
     i = 0
     for t in range(gl.program_id(0), n_blocks_m * n_bh, gl.num_programs(0)):
-        b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, n_bh, BLOCK_N, 2 * wg_m,
-                                                 CAUSAL, PERSISTENT)
+        b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, BLOCK_N, 2 * wg_m, CAUSAL)
         h_kv = h // group
-        mbarrier.wait(q_free, (i & 1) ^ 1)
-        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar, q_smem.index(0))
-        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + wg_m, 0], q_bar, q_smem.index(1))
+        qb = i % Q_BUFFERS
+        mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+        mbarrier.expect(q_bar.index(qb), 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar.index(qb), q_smem.index(2 * qb))
+        tma.async_copy_global_to_shared(q_desc, [b, h, start_m + wg_m, 0], q_bar.index(qb), q_smem.index(2 * qb + 1))
         for j in range(n_tiles):
             slot = c % STAGES
             phase = (c // STAGES) & 1
@@ -205,7 +201,7 @@ def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_r
 def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
               seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
               stride_mk, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr):
+              CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr):
     # Warpgroup WG's 64 queries of each query tile the program takes, against every key tile they may see;
     # writes their O rows and lse. c: key tiles consumed so far (the loader's ring position).
     wg_m: gl.constexpr = q_smem.shape[3]
@@ -214,13 +210,11 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    q_view = q_smem.index(WG).reshape([wg_m, HEAD_DIM])
     causal_offset = seq_k - seq_q
     c = 0
     i = 0
     for t in range(gl.program_id(0), n_blocks_m * n_bh, gl.num_programs(0)):
-        b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, n_bh, BLOCK_N, 2 * wg_m,
-                                                 CAUSAL, PERSISTENT)
+        b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, BLOCK_N, 2 * wg_m, CAUSAL)
         row0 = start_m + WG * wg_m
         rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
         # Row i sees keys j < limit_i; tiles below n_full are seen whole by every row of the warpgroup.
@@ -239,7 +233,9 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
         d = gl.zeros([wg_m], gl.float32, gl.SliceLayout(1, s_layout))
 
         # Tile 0, always through the masked softmax: S_0 alone, then its P waits for the loop's first V product.
-        mbarrier.wait(q_bar, i & 1)
+        qb = i % Q_BUFFERS
+        q_view = q_smem.index(2 * qb + WG).reshape([wg_m, HEAD_DIM])
+        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)
         mbarrier.wait(k_ready.index(c % STAGES), (c // STAGES) & 1)
         k_t = k_smem.index(c % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         _take_turn(turn, 0, WG, PINGPONG)
@@ -266,7 +262,7 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
                                          BLOCK_N, HEAD_DIM, STAGES, True, KEY_MASK, s_layout, o_layout, p_layout, WG,
                                          PINGPONG)
         # Every score product of this tile is done: the loader may bring the next tile's Q.
-        mbarrier.arrive(q_free)
+        mbarrier.arrive(q_free.index(qb))
         # The last tile's value product.
         last = c + n_tiles - 1
         mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
@@ -295,10 +291,10 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
 def _consumer_1(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
                 mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
                 stride_mb, stride_mk, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr):
+                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr):
     _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
               seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
-              stride_mk, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, PERSISTENT)
+              stride_mk, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS)
 
 
 @gluon.jit
@@ -311,19 +307,22 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
     # grid, ... (_query_tile orders them).
     wg_m: gl.constexpr = q_desc.block_type.shape[2]
     n_blocks_m = gl.cdiv(seq_q, 2 * wg_m)
+    # A persistent program double-buffers its Q tile: the next tile's Q lands while this one's is in use.
+    Q_BUFFERS: gl.constexpr = 2 if PERSISTENT else 1
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_free, count=2)  # both consumers are done with the Q tile
+    for i in gl.static_range(Q_BUFFERS):
+        mbarrier.init(q_bar.index(i), count=1)
+        mbarrier.init(q_free.index(i), count=2)  # both consumers are done with the Q tile
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     for i in gl.static_range(STAGES):
@@ -336,12 +335,12 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
     gl.warp_specialize([
         (_consumer, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
                      mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
-                     stride_mb, stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, PERSISTENT)),
+                     stride_mb, stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS)),
         (_consumer_1, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
                        mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
-                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, PERSISTENT)),
+                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS)),
         (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
-                   seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL, PERSISTENT)),
+                   seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

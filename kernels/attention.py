@@ -133,8 +133,9 @@ class AttentionPlan:
 def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
                    direction: str = "forward", seq_k: int | None = None, impl: str = "triton") -> AttentionPlan:
     """The launch plan for one kernel of `direction` at this query length (and key length, None: the query
-    length), head_dim and dtype. impl: the forward's kernel, "triton" or "gluon" (choose_forward_impl's
-    answer); the backward is always Triton's."""
+    length), head_dim and dtype. impl: the kernel, "triton" or "gluon": the forward's (choose_forward_impl's
+    answer) or the dK/dV kernel's (Gluon's only when asked for by name: not yet measured); dQ is always
+    Triton's."""
     if impl not in ("triton", "gluon"):
         raise ValueError(f"attention: impl must be 'triton' or 'gluon' once chosen, got {impl!r}.")
     if direction not in DIRECTIONS:
@@ -149,6 +150,8 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
         return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
                              warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG,
                              persistent=GLUON_PERSISTENT)
+    if direction == "backward_kv" and impl == "gluon":  # kernels/attention_bwd_gluon.py's fixed tiles
+        return AttentionPlan(direction, 64, 128, 12, 2, tma=True, warp_specialize=True, impl="gluon")
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
     if direction == "forward" and head_dim in _SHORT_KEYS_TILE and (seq_q if seq_k is None else seq_k) <= SHORT_KEYS_MAX:
         block_m, block_n, num_warps, num_stages = _SHORT_KEYS_TILE[head_dim]
@@ -305,13 +308,21 @@ def attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
     )
     lse = lse.contiguous()
     mask, stride_mb, stride_mk = _key_mask_args(key_mask)
-    _attention_bwd_kv_kernel[(triton.cdiv(seq_k, kv_plan.block_n) * batch * n_kv_heads,)](
-        q, k, v, do, lse, delta, dk, dv, mask, seq_q, seq_k, n_kv_heads, group, scale * LOG2E, scale,
-        *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), stride_mb, stride_mk,
-        HEAD_DIM=head_dim, BLOCK_M=kv_plan.block_m, BLOCK_N=kv_plan.block_n, CAUSAL=causal,
-        KEY_MASK=key_mask is not None, DOT_F32=_dot_f32(q), num_warps=kv_plan.num_warps,
-        num_stages=kv_plan.num_stages,
-    )
+    if kv_plan.impl == "gluon":
+        if not _tma_fits(q, k, v, do):
+            raise ValueError("attention: the Gluon dK/dV kernel needs q, k, v and dO that fit tensor descriptors "
+                             "(16-byte aligned bases and strides, unit last stride).")
+        from kernels.attention_bwd_gluon import attention_bwd_kv_gluon
+
+        attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, kv_plan.num_stages)
+    else:
+        _attention_bwd_kv_kernel[(triton.cdiv(seq_k, kv_plan.block_n) * batch * n_kv_heads,)](
+            q, k, v, do, lse, delta, dk, dv, mask, seq_q, seq_k, n_kv_heads, group, scale * LOG2E, scale,
+            *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dk), *_strides(dv), stride_mb,
+            stride_mk, HEAD_DIM=head_dim, BLOCK_M=kv_plan.block_m, BLOCK_N=kv_plan.block_n, CAUSAL=causal,
+            KEY_MASK=key_mask is not None, DOT_F32=_dot_f32(q), num_warps=kv_plan.num_warps,
+            num_stages=kv_plan.num_stages,
+        )
     _attention_bwd_q_kernel[(triton.cdiv(seq_q, q_plan.block_m) * batch * n_heads,)](
         q, k, v, do, lse, delta, dq, mask, seq_q, seq_k, n_heads, group, scale * LOG2E, scale,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq), stride_mb, stride_mk,

@@ -127,6 +127,27 @@ def test_the_persistent_grid(shape, causal, gen):
 
 
 @gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape, dtype", [((2, 4, 2, 1000, 1000, 128), torch.bfloat16),
+                                          ((1, 4, 2, 300, 100, 64), torch.float16),
+                                          ((1, 2, 2, 100, 300, 128), torch.bfloat16)], ids=str)
+def test_the_gluon_dk_dv_kernel(shape, dtype, causal, gen):
+    # The backward with kernels/attention_bwd_gluon.py's dK/dV (asked for by plan), against float64; dQ is the
+    # Triton kernel's either way, so it must match the Triton backward's bit for bit.
+    from kernels.attention import plan_attention_backward
+
+    q, k, v = _inputs(shape, dtype, "cuda", gen)
+    do = _draw(q.shape, dtype, "cuda", gen)
+    o, lse = attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), impl="triton")
+    plans = (plan_attention(shape[3], shape[-1], dtype, causal, "backward_kv", impl="gluon"),
+             plan_attention_backward(shape[3], shape[-1], dtype, causal)[1])
+    grads = tuple(torch.full_like(t, math.nan) for t in (q, k, v))
+    attention_bwd(q, k, v, o, lse, do, causal, 1 / math.sqrt(shape[-1]), plans, out=grads)
+    _check_backward(grads, q, k, v, do, causal)
+    assert torch.equal(grads[0], attention_bwd(q, k, v, o, lse, do, causal, 1 / math.sqrt(shape[-1]))[0])
+
+
+@gpu
 def test_strided_inputs_and_a_strided_output(gen):
     # (batch, seq, heads, head_dim) storage viewed as (batch, heads, seq, head_dim), as models hold it.
     q, k, v = (_draw((2, 300, 4, 64), torch.bfloat16, "cuda", gen).transpose(1, 2) for _ in range(3))
@@ -210,6 +231,8 @@ def test_a_bad_impl_is_named(device, gen):
 _BUILD = """
 import json, torch
 from kernels.attention_gluon import compile_for_sm90
+from kernels import attention_bwd_gluon
+assert "wgmma.mma_async" in attention_bwd_gluon.compile_for_sm90(128, torch.bfloat16, True, True).asm["ptx"]
 c = compile_for_sm90(128, torch.bfloat16, True, False, 2, persistent=True)
 ptx = c.asm["ptx"]
 print(json.dumps({"shared": c.metadata.shared, "wgmma": "wgmma.mma_async" in ptx,

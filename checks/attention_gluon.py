@@ -72,7 +72,8 @@ def _variant_plans(head_dim: int) -> dict:
 
     base = plan_attention(4096, head_dim, __import__("torch").bfloat16, False, impl="gluon")
     deeper = {64: 4, 128: 3}[head_dim]
-    plans = {"gluon_pp": replace(base, pingpong=True), "gluon_persist": replace(base, persistent=True)}
+    plans = {"gluon_pp": replace(base, pingpong=True), "gluon_persist": replace(base, persistent=True),
+             "gluon_es": replace(base, exp_split=True), "gluon_es_persist": replace(base, exp_split=True, persistent=True)}
     if head_dim == 128:
         plans |= {f"gluon_s{deeper}": replace(base, num_stages=deeper),
                   f"gluon_pp_s{deeper}": replace(base, num_stages=deeper, pingpong=True)}

@@ -42,6 +42,7 @@ from kernels.attention_choice import (  # noqa: F401 (the choice's names, import
     GLUON_AUTO_MIN_KEYS,
     GLUON_BLOCK_M,
     GLUON_BLOCK_N,
+    GLUON_EXP_SPLIT,
     GLUON_PERSISTENT,
     GLUON_PINGPONG,
     GLUON_STAGES,
@@ -125,6 +126,7 @@ class AttentionPlan:
     impl: str = "triton"  # "triton" (kernels/attention_kernels.py) or "gluon" (kernels/attention_gluon.py)
     pingpong: bool = False  # Gluon forward: the two consumer warpgroups issue their products in turns
     persistent: bool = False  # Gluon forward: one program an SM walks query tiles (causal: longest first)
+    exp_split: bool = False  # Gluon forward: half the unmasked tiles' exponentials on the FMA pipe
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -149,7 +151,7 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
     if direction == "forward" and impl == "gluon":
         return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
                              warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG,
-                             persistent=GLUON_PERSISTENT)
+                             persistent=GLUON_PERSISTENT, exp_split=GLUON_EXP_SPLIT)
     if direction == "backward_kv" and impl == "gluon":  # kernels/attention_bwd_gluon.py's fixed tiles
         return AttentionPlan(direction, 64, 128, 12, 2, tma=True, warp_specialize=True, impl="gluon")
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
@@ -261,7 +263,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         from kernels.attention_gluon import attention_fwd_gluon
 
         attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong,
-                            plan.persistent)
+                            plan.persistent, plan.exp_split)
         return o, lse
     use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None

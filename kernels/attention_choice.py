@@ -31,6 +31,11 @@ GLUON_PINGPONG = False
 # lower from 1024 to 8192 (longest first across heads puts 132 heads' keys in flight at once, more than the
 # L2 holds). Since then (not yet timed): causal tiles head by head as the plan orders them, and two Q buffers.
 GLUON_PERSISTENT = False
+# Half of each unmasked tile's exponentials computed on the FMA pipe (a degree-4 polynomial and an exponent add)
+# instead of the MUFU: at head dim 64 the MUFU's 16 a clock an SM take as long as the tile's products. Read
+# offline (compiled for sm_90a, head dim 64, one unmasked tile a warpgroup thread): MUFU 66 -> 34, FP32 pipe
+# 168 -> 392, no spills, no shuffles. A plan option, not yet timed.
+GLUON_EXP_SPLIT = False
 # Where "auto" takes the Gluon forward once it can run (measured on the H100, bf16, notes/attention.md,
 # 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048
 # keys on, causal and not, and 0.93-1.09x at 1,024; at head dim 64 0.79-0.97x at every point: not taken.

@@ -95,23 +95,15 @@ def test_every_declared_experiment_hashes_its_kernels_and_shared_helpers():
 # Kernel files an experiment's code reaches through imports that its records do not hash, each pinned to the
 # sha256 the experiment's newest records (H100 and H200) measured. Declaring them as sources would mark those
 # records Stale before a GPU re-runs them, so they are pinned instead: a change to one fails this test, and
-# the way out is to add the file to the experiment's sources (kernels/attention_gluon.py and
-# kernels/attention_choice.py in experiments/_attention.py and experiments/_decoder.py's LAB_SOURCES, and so
-# on) and re-run its experiments.
+# the way out is to add the file to the experiment's sources and re-run its experiments.
 UNHASHED_PINS = {
-    "kernels/attention_gluon.py": "440139453a7f44cb6c4a19e4a8a8e0a492122b97a4cc2435b6229baabe2a1c73",
-    "kernels/attention_choice.py": "1be37b8fe5269222a429ef1d50a7acbc8d2c91c2cdc3df59602e8a28dcd77067",
     "kernels/_provenance.py": "0affaaef48244683cea704129aa7299619010447d83cb18c3272345dd2365865",
     "kernels/reference.py": "227c341cb293e9f69fa44269f6d26879a85a42a2e4725314882b288048cdeb92",
     "kernels/_launch.py": "faf6f6d6774aff7e1b26639933105a3a47545ca5a82aa1c57a6eaac3c7a990cc",
 }
 UNHASHED = {
-    "attention-fwd": {"kernels/attention_choice.py", "kernels/attention_gluon.py"},
-    "attention-bwd": {"kernels/attention_choice.py", "kernels/attention_gluon.py"},
-    "decoder-block": {"kernels/_provenance.py", "kernels/attention_choice.py", "kernels/attention_gluon.py",
-                      "kernels/reference.py"},
-    "decoder-block-graphed": {"kernels/_provenance.py", "kernels/attention_choice.py", "kernels/attention_gluon.py",
-                              "kernels/reference.py"},
+    "decoder-block": {"kernels/_provenance.py", "kernels/reference.py"},
+    "decoder-block-graphed": {"kernels/_provenance.py", "kernels/reference.py"},
     "dequant-linear-decode": {"kernels/_launch.py", "kernels/reference.py"},
     "rmsnorm-linear-decode": {"kernels/_launch.py"},
     "rmsnorm-linear-prefill": {"kernels/_launch.py"},

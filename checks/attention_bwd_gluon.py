@@ -3,12 +3,12 @@
     python checks/attention_bwd_gluon.py OUT_DIR
 
 1. correctness, in a child process (a hang or a crash there cannot take the timings with it): the backward
-   with the Gluon dK/dV kernel (dQ and delta stay Triton's) against float64 (tests/test_attention.py's
+   with the Gluon dK/dV kernel (dQ Triton's), then with both Gluon kernels (delta stays Triton's), against float64 (tests/test_attention.py's
    bounds): causal and not, head dims 64 and 128, bf16 and fp16, grouped heads, lengths 1, 17, 127, 1000 and
    2049, more queries than keys and more keys than queries, the key mask with a batch that sees no key,
-   outputs poisoned with NaN; and dQ equal to the Triton backward's bit for bit (the same kernel).
-2. timings, in a second child: the whole backward (delta, dK/dV, dQ) with the Gluon and the Triton dK/dV
-   kernel, and cuDNN's SDPA backward, bf16, B·S = 16,384, H·D = 2,048, S in {1024, 2048, 4096, 8192} at
+   outputs poisoned with NaN; dQ equal to the Triton backward's bit for bit where its kernel is Triton's.
+2. timings, in a second child: the whole backward (delta, dK/dV, dQ) with both Gluon kernels, with the Gluon
+   dK/dV and Triton's dQ, and all Triton's, and cuDNN's SDPA backward, bf16, B·S = 16,384, H·D = 2,048, S in {1024, 2048, 4096, 8192} at
    head dim 128 and {1024, 4096} at 64, causal and not; triton.testing.do_bench (L2 flushed before every
    repetition), median ms, TFLOP/s (10·B·H·S²·D, halved when causal: 2.5 forward products' worth) and the
    ratios to cuDNN; the dK/dV kernel alone, Gluon and Triton, beside them.
@@ -47,13 +47,13 @@ TIMED = [(s, d, c) for d in (128, 64) for s in ((1024, 2048, 4096, 8192) if d ==
          for c in (False, True)]
 
 
-def _plans(head_dim: int, impl: str):
+def _plans(head_dim: int, kv_impl: str, q_impl: str = "triton"):
     import torch
 
     from kernels.attention import plan_attention
 
-    return (plan_attention(1024, head_dim, torch.bfloat16, False, "backward_kv", impl=impl),
-            plan_attention(1024, head_dim, torch.bfloat16, False, "backward_q"))
+    return (plan_attention(1024, head_dim, torch.bfloat16, False, "backward_kv", impl=kv_impl),
+            plan_attention(1024, head_dim, torch.bfloat16, False, "backward_q", impl=q_impl))
 
 
 def _correctness(out: Path) -> int:
@@ -83,11 +83,16 @@ def _correctness(out: Path) -> int:
         do = _draw(q.shape, dtype, "cuda", gen)
         scale = 1 / math.sqrt(shape[-1])
         o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask, impl="triton")
-        grads = tuple(torch.full_like(t, math.nan) for t in (q, k, v))
-        attention_bwd(q, k, v, o, lse, do, causal, scale, _plans(shape[-1], "gluon"), out=grads, key_mask=key_mask)
-        _check_backward(grads, q, k, v, do, causal, key_mask=key_mask)
         triton_grads = attention_bwd(q, k, v, o, lse, do, causal, scale, key_mask=key_mask)
-        assert torch.equal(grads[0], triton_grads[0]), "dQ differs from the Triton backward's"
+        kv_only = tuple(torch.full_like(t, math.nan) for t in (q, k, v))
+        attention_bwd(q, k, v, o, lse, do, causal, scale, _plans(shape[-1], "gluon"), out=kv_only, key_mask=key_mask)
+        _check_backward(kv_only, q, k, v, do, causal, key_mask=key_mask)
+        assert torch.equal(kv_only[0], triton_grads[0]), "dQ differs from the Triton backward's"
+        grads = tuple(torch.full_like(t, math.nan) for t in (q, k, v))
+        attention_bwd(q, k, v, o, lse, do, causal, scale, _plans(shape[-1], "gluon", "gluon"), out=grads,
+                      key_mask=key_mask)
+        _check_backward(grads, q, k, v, do, causal, key_mask=key_mask)
+        assert torch.equal(grads[1], kv_only[1]) and torch.equal(grads[2], kv_only[2]), "dK, dV changed with dQ's kernel"
         return grads
 
     for shape, causal, dtype_name in CASES:
@@ -131,7 +136,8 @@ def _timings(out: Path) -> int:
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         row = {"S": seq, "D": head_dim, "causal": causal, "B": batch, "H": heads}
         runs = {
-            "gluon": lambda: attention_bwd(q, k, v, o, lse, do, causal, scale, _plans(head_dim, "gluon")),
+            "gluon": lambda: attention_bwd(q, k, v, o, lse, do, causal, scale, _plans(head_dim, "gluon", "gluon")),
+            "gluon_kv": lambda: attention_bwd(q, k, v, o, lse, do, causal, scale, _plans(head_dim, "gluon")),
             "triton": lambda: attention_bwd(q, k, v, o, lse, do, causal, scale),
             "cudnn": lambda: torch.autograd.grad(ref, leaves, do, retain_graph=True),
             "gluon_kv_only": lambda: attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale),
@@ -144,7 +150,7 @@ def _timings(out: Path) -> int:
                 row[name] = {"ms": ms, "tflops": (kv_flops if name.endswith("kv_only") else flops) / ms / 1e9}
             except Exception as e:
                 row[name] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-        for name in ("gluon", "triton"):
+        for name in ("gluon", "gluon_kv", "triton"):
             if "ms" in row[name] and "ms" in row["cudnn"]:
                 row[f"{name}_vs_cudnn"] = row["cudnn"]["ms"] / row[name]["ms"]
         rows.append(row)
@@ -186,12 +192,12 @@ def main() -> int:
     for r in checks:
         if not r["ok"]:
             print("  FAILED", r["case"], r["error"][:300])
-    print("    S    D causal |  gluon triton  cudnn TFLOP/s | gluon/cudnn triton/cudnn | kv only: gluon")
+    names = ("gluon", "gluon_kv", "triton", "cudnn", "gluon_kv_only")
+    print("    S    D causal | " + " ".join(f"{n:>13}" for n in names) + " TFLOP/s | gluon/cudnn triton/cudnn")
     for r in report["timings"]["rows"]:
-        t = {n: r[n].get("tflops", float("nan")) for n in ("gluon", "triton", "cudnn", "gluon_kv_only")}
-        print(f"{r['S']:5d} {r['D']:4d} {str(r['causal']):>6} | {t['gluon']:6.0f} {t['triton']:6.0f} "
-              f"{t['cudnn']:6.0f}         | {r.get('gluon_vs_cudnn', float('nan')):11.2f} "
-              f"{r.get('triton_vs_cudnn', float('nan')):12.2f} | {t['gluon_kv_only']:6.0f}")
+        t = " ".join(f"{r[n].get('tflops', float('nan')):13.0f}" for n in names)
+        print(f"{r['S']:5d} {r['D']:4d} {str(r['causal']):>6} | {t}         | "
+              f"{r.get('gluon_vs_cudnn', float('nan')):11.2f} {r.get('triton_vs_cudnn', float('nan')):12.2f}")
     return status
 
 

@@ -37,7 +37,7 @@ HEAD_DIMS = (128, 64)
 GQA_HEAD_DIM, GQA_KV_HEADS = 128, 4
 GQA_SEQS = (2048, 8192, 16384)
 ATTENTION_SOURCES = ("kernels/attention.py", "kernels/attention_kernels.py", "kernels/attention_gluon.py",
-                     "kernels/attention_bwd_gluon.py",
+                     "kernels/attention_bwd_gluon.py", "kernels/attention_bwd_q_gluon.py",
                      "kernels/attention_choice.py", "kernels/_checks.py")
 REFERENCE_SOURCES = ("kernels/reference_attention.py",)
 

@@ -136,8 +136,7 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
                    direction: str = "forward", seq_k: int | None = None, impl: str = "triton") -> AttentionPlan:
     """The launch plan for one kernel of `direction` at this query length (and key length, None: the query
     length), head_dim and dtype. impl: the kernel, "triton" or "gluon": the forward's (choose_forward_impl's
-    answer) or the dK/dV kernel's (Gluon's only when asked for by name: not yet measured); dQ is always
-    Triton's."""
+    answer) or a backward kernel's (Gluon's only when asked for by name: not yet measured)."""
     if impl not in ("triton", "gluon"):
         raise ValueError(f"attention: impl must be 'triton' or 'gluon' once chosen, got {impl!r}.")
     if direction not in DIRECTIONS:
@@ -154,6 +153,8 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
                              persistent=GLUON_PERSISTENT, exp_split=GLUON_EXP_SPLIT)
     if direction == "backward_kv" and impl == "gluon":  # kernels/attention_bwd_gluon.py's fixed tiles
         return AttentionPlan(direction, 64, 128, 12, 2, tma=True, warp_specialize=True, impl="gluon")
+    if direction == "backward_q" and impl == "gluon":  # kernels/attention_bwd_q_gluon.py's fixed tiles
+        return AttentionPlan(direction, 128, 64, 12, 2, tma=True, warp_specialize=True, impl="gluon")
     block_m, block_n, num_warps, num_stages = _TILES[direction, head_dim]
     if direction == "forward" and head_dim in _SHORT_KEYS_TILE and (seq_q if seq_k is None else seq_k) <= SHORT_KEYS_MAX:
         block_m, block_n, num_warps, num_stages = _SHORT_KEYS_TILE[head_dim]
@@ -310,10 +311,10 @@ def attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
     )
     lse = lse.contiguous()
     mask, stride_mb, stride_mk = _key_mask_args(key_mask)
+    if "gluon" in (kv_plan.impl, q_plan.impl) and not _tma_fits(q, k, v, do):
+        raise ValueError("attention: the Gluon backward kernels need q, k, v and dO that fit tensor descriptors "
+                         "(16-byte aligned bases and strides, unit last stride).")
     if kv_plan.impl == "gluon":
-        if not _tma_fits(q, k, v, do):
-            raise ValueError("attention: the Gluon dK/dV kernel needs q, k, v and dO that fit tensor descriptors "
-                             "(16-byte aligned bases and strides, unit last stride).")
         from kernels.attention_bwd_gluon import attention_bwd_kv_gluon
 
         attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, kv_plan.num_stages)
@@ -325,6 +326,11 @@ def attention_bwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
             KEY_MASK=key_mask is not None, DOT_F32=_dot_f32(q), num_warps=kv_plan.num_warps,
             num_stages=kv_plan.num_stages,
         )
+    if q_plan.impl == "gluon":
+        from kernels.attention_bwd_q_gluon import attention_bwd_q_gluon
+
+        attention_bwd_q_gluon(q, k, v, do, lse, delta, dq, causal, scale, key_mask, q_plan.num_stages)
+        return dq, dk, dv
     _attention_bwd_q_kernel[(triton.cdiv(seq_q, q_plan.block_m) * batch * n_heads,)](
         q, k, v, do, lse, delta, dq, mask, seq_q, seq_k, n_heads, group, scale * LOG2E, scale,
         *_strides(q), *_strides(k), *_strides(v), *_strides(do), *_strides(dq), stride_mb, stride_mk,

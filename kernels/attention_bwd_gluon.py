@@ -218,7 +218,7 @@ def _attention_bwd_kv_gluon_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, del
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
 
-def _descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
+def descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
     shape = [1, 1, block_rows, t.shape[-1]]
     layout = gl.NVMMASharedLayout.get_default_for(shape, _GL_DTYPES[t.dtype])
     return TensorDescriptor(t, list(t.shape), list(t.stride()), shape, layout)
@@ -233,7 +233,7 @@ def launch_args(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key
         mask, stride_mb, stride_mk = None, None, None
     else:
         mask, stride_mb, stride_mk = key_mask.view(torch.uint8), key_mask.stride(0), key_mask.stride(1)
-    args = (_descriptor(q, BLOCK_M), _descriptor(do, BLOCK_M), _descriptor(k, WARPGROUP_N), _descriptor(v, WARPGROUP_N),
+    args = (descriptor(q, BLOCK_M), descriptor(do, BLOCK_M), descriptor(k, WARPGROUP_N), descriptor(v, WARPGROUP_N),
             lse, delta, dk, dv, mask, seq_q, seq_k, n_kv_heads, n_heads // n_kv_heads, scale * LOG2E, scale,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), stride_mb, stride_mk)
     meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, KEY_MASK=key_mask is not None, STAGES=stages,
@@ -253,17 +253,21 @@ def attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal: bool, scale:
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int = STAGES):
     """The kernel compiled for sm_90 from shapes alone (no GPU needed)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
     k = torch.empty(2, 2, 1000, head_dim, dtype=dtype, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
     _, args, meta = launch_args(q, k, k, q, lse, lse, torch.empty_like(k), torch.empty_like(k), causal, 0.125, mask,
                                 stages)
-    fn = _attention_bwd_kv_gluon_kernel
+    return compile_kernel_for_sm90(_attention_bwd_kv_gluon_kernel, args, meta, NUM_WARPS, MAXNREG)
+
+
+def compile_kernel_for_sm90(fn, args: tuple, meta: dict, num_warps: int, maxnreg: int):
+    """A Gluon kernel compiled for sm_90 from its launch arguments (tensors on the 'meta' device will do)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
     signature, constants, attrs = dict.fromkeys(meta, "constexpr"), dict(meta), {}
     for i, (name, arg) in enumerate(zip(fn.arg_names, args)):
         if arg is None:
@@ -275,4 +279,4 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: 
             signature[name] = "fp32" if isinstance(arg, float) else "i32" if isinstance(arg, int) else mangle_type(arg)
     constants = {(fn.arg_names.index(name),): value for name, value in constants.items()}
     src = GluonASTSource(fn, signature, constants, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS, "maxnreg": MAXNREG})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "maxnreg": maxnreg})

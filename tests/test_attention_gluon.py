@@ -131,20 +131,21 @@ def test_the_persistent_grid(shape, causal, gen):
 @pytest.mark.parametrize("shape, dtype", [((2, 4, 2, 1000, 1000, 128), torch.bfloat16),
                                           ((1, 4, 2, 300, 100, 64), torch.float16),
                                           ((1, 2, 2, 100, 300, 128), torch.bfloat16)], ids=str)
-def test_the_gluon_dk_dv_kernel(shape, dtype, causal, gen):
-    # The backward with kernels/attention_bwd_gluon.py's dK/dV (asked for by plan), against float64; dQ is the
-    # Triton kernel's either way, so it must match the Triton backward's bit for bit.
-    from kernels.attention import plan_attention_backward
-
+def test_the_gluon_backward_kernels(shape, dtype, causal, gen):
+    # The backward with kernels/attention_bwd_gluon.py's dK/dV and then also kernels/attention_bwd_q_gluon.py's dQ
+    # (asked for by plan), against float64; with Triton's dQ kernel, dQ matches the Triton backward's bit for bit.
     q, k, v = _inputs(shape, dtype, "cuda", gen)
     do = _draw(q.shape, dtype, "cuda", gen)
-    o, lse = attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), impl="triton")
-    plans = (plan_attention(shape[3], shape[-1], dtype, causal, "backward_kv", impl="gluon"),
-             plan_attention_backward(shape[3], shape[-1], dtype, causal)[1])
-    grads = tuple(torch.full_like(t, math.nan) for t in (q, k, v))
-    attention_bwd(q, k, v, o, lse, do, causal, 1 / math.sqrt(shape[-1]), plans, out=grads)
-    _check_backward(grads, q, k, v, do, causal)
-    assert torch.equal(grads[0], attention_bwd(q, k, v, o, lse, do, causal, 1 / math.sqrt(shape[-1]))[0])
+    scale = 1 / math.sqrt(shape[-1])
+    o, lse = attention_fwd(q, k, v, causal, scale, impl="triton")
+    kv = plan_attention(shape[3], shape[-1], dtype, causal, "backward_kv", impl="gluon")
+    for dq_impl in ("triton", "gluon"):
+        plans = (kv, plan_attention(shape[3], shape[-1], dtype, causal, "backward_q", impl=dq_impl))
+        grads = tuple(torch.full_like(t, math.nan) for t in (q, k, v))
+        attention_bwd(q, k, v, o, lse, do, causal, scale, plans, out=grads)
+        _check_backward(grads, q, k, v, do, causal)
+        if dq_impl == "triton":
+            assert torch.equal(grads[0], attention_bwd(q, k, v, o, lse, do, causal, scale)[0])
 
 
 @gpu
@@ -228,7 +229,10 @@ def test_the_plan_names_its_kernel():
     assert (plan.impl, plan.block_m, plan.block_n, plan.num_stages) == ("gluon", 128, 128, 2)
     assert plan_attention(4096, 64, torch.bfloat16, True, impl="gluon").num_stages == 3
     assert plan_attention(4096, 128, torch.bfloat16, True).impl == "triton"
-    assert plan_attention(4096, 128, torch.bfloat16, True, "backward_q", impl="gluon").impl == "triton"
+    for direction, tiles in (("backward_kv", (64, 128)), ("backward_q", (128, 64))):  # Gluon only when asked
+        assert plan_attention(4096, 128, torch.bfloat16, True, direction).impl == "triton"
+        gluon_plan = plan_attention(4096, 128, torch.bfloat16, True, direction, impl="gluon")
+        assert (gluon_plan.impl, gluon_plan.block_m, gluon_plan.block_n) == ("gluon", *tiles)
     assert attn.plan_forward_on("cpu", 4096, 128, torch.bfloat16, True).impl == "triton"
     assert attn.plan_forward_on("cpu", 4096, 128, torch.bfloat16, True, impl="triton").as_dict()["impl"] == "triton"
 
@@ -249,8 +253,9 @@ def test_a_bad_impl_is_named(device, gen):
 _BUILD = """
 import json, torch
 from kernels.attention_gluon import compile_for_sm90
-from kernels import attention_bwd_gluon
-assert "wgmma.mma_async" in attention_bwd_gluon.compile_for_sm90(128, torch.bfloat16, True, True).asm["ptx"]
+from kernels import attention_bwd_gluon, attention_bwd_q_gluon
+for backward in (attention_bwd_gluon, attention_bwd_q_gluon):
+    assert "wgmma.mma_async" in backward.compile_for_sm90(128, torch.bfloat16, True, True).asm["ptx"]
 c = compile_for_sm90(128, torch.bfloat16, True, False, 2, persistent=True)
 ptx = c.asm["ptx"]
 print(json.dumps({"shared": c.metadata.shared, "wgmma": "wgmma.mma_async" in ptx,

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from experiments.spec import Case, PointColumn, Profile
 from kernels import reference_attention as reference
-from kernels.attention import attention, plan_attention_backward, plan_forward_on
+from kernels.attention import attention, plan_backward_on, plan_forward_on
 
 TOKENS = 16384
 WIDTH = 2048  # H·D
@@ -282,7 +282,8 @@ def forward_plan(case: Case, dtype: torch.dtype) -> dict:
 
 
 def backward_plan(case: Case, dtype: torch.dtype) -> dict:
-    kv, q = plan_attention_backward(case["S"], case["D"], dtype, bool(case["causal"]))
+    """The (dK/dV, dQ) plans `attention`'s backward launches here, their kernel (plan "impl") included."""
+    kv, q = plan_backward_on(_device(), case["S"], case["D"], dtype, bool(case["causal"]))
     return {"backward_kv": kv.as_dict(), "backward_q": q.as_dict()}
 
 

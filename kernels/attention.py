@@ -25,7 +25,10 @@ Two forwards compute the same O and lse: the Triton kernel (kernels/attention_ke
 runs on, and the interpreter) and a Gluon kernel for Hopper (kernels/attention_gluon.py: a TMA loader and
 two consumer warpgroups, warp-specialised). `choose_forward_impl` picks one from facts about the device,
 shape and dtype (a pure, tabulated rule); `impl=` or the LAB_ATTENTION_IMPL environment variable ("auto",
-"triton" or "gluon") overrides it. Both save the same lse, so the Triton backward serves either.
+"triton" or "gluon") overrides it. Both save the same lse, so either backward serves either forward. The
+backward has the same two kinds (Gluon's in kernels/attention_bwd_gluon.py and attention_bwd_q_gluon.py),
+chosen by `choose_backward_impl` for `attention`'s autograd; `attention_bwd` itself runs the plans it is
+given, Triton's by default.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from kernels import attention_kernels
 from kernels.attention_choice import (  # noqa: F401 (the choice's names, importable from here)
     GLUON_AUTO_MIN_KEYS,
     GLUON_BLOCK_M,
+    GLUON_BWD_AUTO_MIN_LENGTH,
     GLUON_BLOCK_N,
     GLUON_EXP_SPLIT,
     GLUON_PERSISTENT,
@@ -49,8 +53,10 @@ from kernels.attention_choice import (  # noqa: F401 (the choice's names, import
     GLUON_WARPS,
     IMPL_ENV,
     IMPLS,
+    choose_backward_impl,
     choose_forward_impl,
     default_impl,
+    gluon_backward_imports,
     gluon_forward_refusal,
     gluon_imports,
     gluon_preferred,
@@ -136,7 +142,7 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
                    direction: str = "forward", seq_k: int | None = None, impl: str = "triton") -> AttentionPlan:
     """The launch plan for one kernel of `direction` at this query length (and key length, None: the query
     length), head_dim and dtype. impl: the kernel, "triton" or "gluon": the forward's (choose_forward_impl's
-    answer) or a backward kernel's (Gluon's only when asked for by name: not yet measured)."""
+    answer) or a backward kernel's (choose_backward_impl's)."""
     if impl not in ("triton", "gluon"):
         raise ValueError(f"attention: impl must be 'triton' or 'gluon' once chosen, got {impl!r}.")
     if direction not in DIRECTIONS:
@@ -198,9 +204,31 @@ def plan_forward_on(device, seq_q: int, head_dim: int, dtype: torch.dtype, causa
     return plan_attention(seq_q, head_dim, dtype, causal, "forward", seq_k, impl=chosen)
 
 
-def plan_attention_backward(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool) -> tuple:
-    """(dK/dV plan, dQ plan) of the backward."""
-    return tuple(plan_attention(seq_q, head_dim, dtype, causal, d) for d in ("backward_kv", "backward_q"))
+def plan_attention_backward(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
+                            impl: str = "triton") -> tuple:
+    """(dK/dV plan, dQ plan) of the backward; impl: both kernels' ("triton" or "gluon", once chosen)."""
+    return tuple(plan_attention(seq_q, head_dim, dtype, causal, d, impl=impl) for d in ("backward_kv", "backward_q"))
+
+
+def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, impl: str | None = None) -> str:
+    """choose_backward_impl's answer for these tensors on their device."""
+    impl = default_impl() if impl is None else impl
+    if impl == "triton":
+        return "triton"
+    return choose_backward_impl(impl, _capability(q.device), gluon_backward_imports(), q.shape[-1], q.dtype,
+                                _descriptors_fit(q, k, v, do), interpreter_enabled(), q.shape[2], k.shape[2])
+
+
+def plan_backward_on(device, seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
+                     seq_k: int | None = None, impl: str | None = None) -> tuple:
+    """The (dK/dV, dQ) plans `attention`'s backward launches on `device` for contiguous inputs of these sizes
+    (the plans experiments record)."""
+    impl = default_impl() if impl is None else impl
+    seq_k = seq_q if seq_k is None else seq_k
+    chosen = "triton" if impl == "triton" else choose_backward_impl(
+        impl, _capability(device), gluon_backward_imports(), head_dim, dtype, True, interpreter_enabled(), seq_q,
+        seq_k)
+    return plan_attention_backward(seq_q, head_dim, dtype, causal, impl=chosen)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -359,14 +387,18 @@ class AttentionFunction(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, o, lse, key_mask)
         ctx.causal = causal
         ctx.scale = scale
+        ctx.impl = impl
         return o
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, do: torch.Tensor):
         q, k, v, o, lse, key_mask = ctx.saved_tensors
-        dq, dk, dv = attention_bwd(q, k, v, o, lse, _unit_stride(do.to(o.dtype)), ctx.causal, ctx.scale,
-                                   key_mask=key_mask)
+        do = do.to(o.dtype)
+        do = do if _descriptors_fit(do) else do.contiguous()  # a fresh tensor fits the Gluon kernels too
+        plans = plan_attention_backward(q.shape[2], q.shape[-1], q.dtype, ctx.causal,
+                                        impl=backward_impl(q, k, v, do, ctx.impl))
+        dq, dk, dv = attention_bwd(q, k, v, o, lse, do, ctx.causal, ctx.scale, plans, key_mask=key_mask)
         return dq, dk, dv, None, None, None, None
 
 
@@ -447,9 +479,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     out) gets an output row of zeros, never NaN, and zero gradients: its dq
     row is zero and it adds nothing to dk and dv.
 
-    impl: which forward kernel, "auto" (the Gluon kernel on Hopper where it applies, else Triton's),
-    "triton" or "gluon" (ValueError where it cannot run); None reads $LAB_ATTENTION_IMPL, else "auto".
-    Both give the same results within rounding; the backward is Triton's either way.
+    impl: which kernels, "auto" (the Gluon kernels on Hopper where they apply, else Triton's; the forward and
+    the backward each by its own rule, choose_forward_impl and choose_backward_impl), "triton" or "gluon"
+    (ValueError where it cannot run); None reads $LAB_ATTENTION_IMPL, else "auto". Both give the same results
+    within rounding.
     """
     check_attention_inputs("attention", q, k, v, causal, scale, key_mask)
     impl = default_impl() if impl is None else impl

@@ -1,5 +1,5 @@
-"""Which attention forward runs: the Triton kernel (kernels/attention_kernels.py) or the Gluon kernel for Hopper
-(kernels/attention_gluon.py). Pure rules over facts the caller gathers (kernels/attention.py's forward_impl
+"""Which attention kernels run: the Triton forward and backward (kernels/attention_kernels.py) or the Gluon
+kernels for Hopper (kernels/attention_gluon.py; the backward's attention_bwd_gluon.py and attention_bwd_q_gluon.py). Pure rules over facts the caller gathers (kernels/attention.py's forward_impl
 and plan_forward_on): the device's compute capability, whether Gluon imports, head_dim, dtype, whether the
 tensors fit descriptors, the interpreter, the sequence lengths, and the caller's `impl` ("auto", "triton",
 "gluon"; $LAB_ATTENTION_IMPL where none is given).
@@ -40,6 +40,11 @@ GLUON_EXP_SPLIT = False
 # 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048
 # keys on, causal and not, and 0.93-1.09x at 1,024; at head dim 64 0.79-0.97x at every point: not taken.
 GLUON_AUTO_MIN_KEYS = {128: 2048}
+# Where "auto" takes the Gluon backward (kernels/attention_bwd_gluon.py's dK/dV and attention_bwd_q_gluon.py's
+# dQ) once it can run: the fewest queries and keys. Measured on the H100 (bf16, notes/attention.md,
+# 2026-11-27): the whole backward (delta, dK/dV, dQ) ran 1.10-1.20x the Triton backward at every point timed,
+# S = 1,024 to 8,192 at head dim 128 and 1,024 and 4,096 at 64, causal and not; shorter lengths not timed.
+GLUON_BWD_AUTO_MIN_LENGTH = 1024
 # Query lengths up to this stay on the Triton kernel's 64-row tiles (kernels/attention.py's SHORT_QUERY_MAX;
 # not timed): a 128-query program would leave at least half its rows empty.
 GLUON_MAX_SHORT_QUERIES = 64
@@ -47,22 +52,25 @@ GLUON_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def gluon_forward_refusal(capability: tuple[int, int] | None, gluon_imports: bool, head_dim: int,
-                          dtype: torch.dtype, descriptors_fit: bool, interpreter: bool) -> str | None:
-    """Why the Gluon forward cannot run these inputs (None: it can). capability: the CUDA device's
-    (major, minor), None off CUDA; descriptors_fit: q, k and v take tensor descriptors (16-byte aligned
-    bases and strides, positive strides, unit last stride)."""
+                          dtype: torch.dtype, descriptors_fit: bool, interpreter: bool,
+                          direction: str = "forward") -> str | None:
+    """Why the Gluon forward (direction "backward": the Gluon backward kernels) cannot run these inputs
+    (None: it can). capability: the CUDA device's (major, minor), None off CUDA; descriptors_fit: q, k and v
+    (and dO in the backward) take tensor descriptors (16-byte aligned bases and strides, positive strides,
+    unit last stride)."""
+    tensors = "q, k or v" if direction == "forward" else "q, k, v or dO"
     if interpreter:
         return "Triton's interpreter does not run Gluon kernels"
     if capability is None or capability[0] != 9:
-        return f"the Gluon forward is written for Hopper (sm_90); the device is {capability or 'not CUDA'}"
+        return f"the Gluon {direction} is written for Hopper (sm_90); the device is {capability or 'not CUDA'}"
     if not gluon_imports:
         return "triton.experimental.gluon does not import in this Triton"
     if head_dim not in GLUON_STAGES:
-        return f"head_dim {head_dim} is not one of the Gluon forward's {tuple(GLUON_STAGES)}"
+        return f"head_dim {head_dim} is not one of the Gluon {direction}'s {tuple(GLUON_STAGES)}"
     if dtype not in GLUON_DTYPES:
         return f"dtype {dtype} is not float16 or bfloat16"
     if not descriptors_fit:
-        return "q, k or v does not fit a tensor descriptor (16-byte aligned base and strides, positive strides)"
+        return f"{tensors} does not fit a tensor descriptor (16-byte aligned base and strides, positive strides)"
     return None
 
 
@@ -87,6 +95,36 @@ def choose_forward_impl(impl: str, capability: tuple[int, int] | None, gluon_imp
     if refusal is None and (impl == "gluon" or gluon_preferred(head_dim, seq_q, seq_k)):
         return "gluon"
     return "triton"
+
+
+def choose_backward_impl(impl: str, capability: tuple[int, int] | None, gluon_imports: bool, head_dim: int,
+                         dtype: torch.dtype, descriptors_fit: bool, interpreter: bool, seq_q: int,
+                         seq_k: int) -> str:
+    """"triton" or "gluon", the backward kernels that run (dK/dV and dQ together). "auto": Gluon where it can
+    run and both lengths reach GLUON_BWD_AUTO_MIN_LENGTH, else Triton; "triton": always Triton; "gluon":
+    Gluon, or ValueError naming why it cannot run."""
+    if impl not in IMPLS:
+        raise ValueError(f"attention: impl must be one of {', '.join(map(repr, IMPLS))}, got {impl!r}.")
+    if impl == "triton":
+        return "triton"
+    refusal = gluon_forward_refusal(capability, gluon_imports, head_dim, dtype, descriptors_fit, interpreter,
+                                    "backward")
+    if impl == "gluon" and refusal is not None:
+        raise ValueError(f"attention: impl='gluon' cannot run the backward here: {refusal}.")
+    if refusal is None and (impl == "gluon" or min(seq_q, seq_k) >= GLUON_BWD_AUTO_MIN_LENGTH):
+        return "gluon"
+    return "triton"
+
+
+@functools.cache
+def gluon_backward_imports() -> bool:
+    """Whether the Gluon backward's modules import."""
+    try:
+        import kernels.attention_bwd_gluon  # noqa: F401
+        import kernels.attention_bwd_q_gluon  # noqa: F401
+    except Exception:  # an older or newer Triton without these names
+        return False
+    return True
 
 
 @functools.cache

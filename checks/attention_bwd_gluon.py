@@ -1,6 +1,6 @@
 """GPU check of the Gluon dK/dV kernel (kernels/attention_bwd_gluon.py) on Hopper: correctness, then timings.
 
-    python checks/attention_bwd_gluon.py OUT_DIR
+    python checks/attention_bwd_gluon.py OUT_DIR [--variants]
 
 1. correctness, in a child process (a hang or a crash there cannot take the timings with it): the backward
    with the Gluon dK/dV kernel (dQ Triton's), then with both Gluon kernels (delta stays Triton's), against float64 (tests/test_attention.py's
@@ -43,8 +43,25 @@ CASES = [
     ((2, 2, 1, 17, 17, 128), True, "float16"),
     ((2, 8, 2, 256, 256, 128), False, "bfloat16"),
 ]
+# dK/dV launch variants (stages, queries a tile, (consumer, loader) registers) checked and timed beside the plan
+# with --variants: more consumer registers (fewer spills at head dim 128), 32-query tiles (none), deeper rings.
+VARIANTS = {"r240": (2, 64, (240, 24)), "m32": (2, 32, (240, 24)), "m32_s3": (3, 32, (240, 24)),
+            "m32_s4": (4, 32, (240, 24))}
 TIMED = [(s, d, c) for d in (128, 64) for s in ((1024, 2048, 4096, 8192) if d == 128 else (1024, 4096))
          for c in (False, True)]
+
+
+def _kv_variant(stages: int, block_m: int, regs: tuple, *args) -> None:
+    """The Gluon dK/dV kernel launched with another tile and register split: the module's plan constants are
+    swapped for the launch and put back (each combination compiles its own kernel)."""
+    from kernels import attention_bwd_gluon as kv
+
+    saved = kv.BLOCK_M, kv.CONSUMER_REGS, kv.LOADER_REGS
+    kv.BLOCK_M, (kv.CONSUMER_REGS, kv.LOADER_REGS) = block_m, regs
+    try:
+        kv.attention_bwd_kv_gluon(*args, stages=stages)
+    finally:
+        kv.BLOCK_M, kv.CONSUMER_REGS, kv.LOADER_REGS = saved
 
 
 def _plans(head_dim: int, kv_impl: str, q_impl: str = "triton"):
@@ -93,6 +110,15 @@ def _correctness(out: Path) -> int:
                       key_mask=key_mask)
         _check_backward(grads, q, k, v, do, causal, key_mask=key_mask)
         assert torch.equal(grads[1], kv_only[1]) and torch.equal(grads[2], kv_only[2]), "dK, dV changed with dQ's kernel"
+        if "--variants" in sys.argv:
+            delta = (o.float() * do.float()).sum(-1).contiguous()
+            for name, (stages, block_m, regs) in VARIANTS.items():
+                dk, dv = torch.full_like(k, math.nan), torch.full_like(v, math.nan)
+                _kv_variant(stages, block_m, regs, q, k, v, do, lse.contiguous(), delta, dk, dv, causal, scale, key_mask)
+                try:
+                    _check_backward((triton_grads[0], dk, dv), q, k, v, do, causal, key_mask=key_mask)
+                except AssertionError as e:
+                    raise AssertionError(f"variant {name}: {e}") from None
         return grads
 
     for shape, causal, dtype_name in CASES:
@@ -142,6 +168,10 @@ def _timings(out: Path) -> int:
             "cudnn": lambda: torch.autograd.grad(ref, leaves, do, retain_graph=True),
             "gluon_kv_only": lambda: attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale),
         }
+        if "--variants" in sys.argv:
+            for name, (stages, block_m, regs) in VARIANTS.items():
+                runs[f"{name}_kv_only"] = (lambda stages=stages, block_m=block_m, regs=regs: _kv_variant(
+                    stages, block_m, regs, q, k, v, do, lse, delta, dk, dv, causal, scale))
         for name, fn in runs.items():
             try:
                 fn()
@@ -161,7 +191,8 @@ def _timings(out: Path) -> int:
 
 def _child(phase: str, out_dir: Path, timeout_s: int) -> tuple[int | None, str]:
     try:
-        done = subprocess.run([sys.executable, __file__, "--phase", phase, str(out_dir)], capture_output=True,
+        done = subprocess.run([sys.executable, __file__, "--phase", phase, str(out_dir), *sys.argv[2:]],
+                              capture_output=True,
                               text=True, timeout=timeout_s)
         return done.returncode, (done.stdout + done.stderr)[-6000:]
     except subprocess.TimeoutExpired as e:
@@ -180,7 +211,7 @@ def main() -> int:
 
     report = {"device": torch.cuda.get_device_name(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     status = 0
-    for phase, timeout_s in (("correctness", 240), ("timings", 300)):
+    for phase, timeout_s in (("correctness", 330), ("timings", 250)):
         code, tail = _child(phase, out_dir, timeout_s)
         path = out_dir / f"{phase}_bwd.json"
         report[phase] = {"exit": code, "tail": tail, "rows": json.loads(path.read_text()) if path.is_file() else []}
@@ -193,6 +224,8 @@ def main() -> int:
         if not r["ok"]:
             print("  FAILED", r["case"], r["error"][:300])
     names = ("gluon", "gluon_kv", "triton", "cudnn", "gluon_kv_only")
+    if "--variants" in sys.argv:
+        names += tuple(f"{name}_kv_only" for name in VARIANTS)
     print("    S    D causal | " + " ".join(f"{n:>13}" for n in names) + " TFLOP/s | gluon/cudnn triton/cudnn")
     for r in report["timings"]["rows"]:
         t = " ".join(f"{r[n].get('tflops', float('nan')):13.0f}" for n in names)

@@ -16,6 +16,8 @@
   holds. An expanded page is kept in .cache/ under the digest of its text and of everything its figures are
   judged from (FIGURE_INPUTS), so a build whose records, declarations and code are unchanged loads neither
   the records nor torch for it.
+* Keeps every rendered page in .cache/ and, under `mkdocs serve` only, takes an unchanged page from there
+  instead of converting its Markdown again (tools/mkdocs_page_cache.py).
 * Under `mkdocs serve`, re-renders the evidence pages (tools/build_results.py --render-only) whenever a
   record, a page template or a declaration changed, so the served site follows the evidence live. The render
   runs beside the server, never inside a rebuild: the site is served at once from the pages on disk, an
@@ -68,6 +70,7 @@ linked_records, record_files = _records.linked_records, _records.record_files
 records_url, link_record_paths = _records.records_url, _records.link_record_paths
 
 _plain_text = _load_tool("markdown_plain_text")
+_page_cache = _load_tool("mkdocs_page_cache")
 
 # A notebook page's inline stylesheets this long or longer are served as files (shared_styles), under this folder
 # of the site.
@@ -244,7 +247,14 @@ def on_nav(nav: Navigation, config, files: Files) -> Navigation:
     bookended = [None, *nav.pages, None]
     for before, page, after in zip(bookended, nav.pages, bookended[2:]):
         page.previous_page, page.next_page = before, after
+    # The file list is final here and no page is rendered yet: rendered pages are kept from now on, and under
+    # `mkdocs serve` taken from what was kept (tools/mkdocs_page_cache.py).
+    _page_cache.install(project_root(config), config, files, read=_serving)
     return nav
+
+
+def on_post_build(config) -> None:
+    _page_cache.prune()
 
 
 # --------------------------------------------------------------------------------------------------------

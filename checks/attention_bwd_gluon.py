@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _phases import CaseLog, run_phase
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -81,19 +82,8 @@ def _correctness(out: Path) -> int:
 
     gen = torch.Generator()
     gen.manual_seed(20261127)
-    results = []
-
-    def record(name, fn):
-        start = time.time()
-        try:
-            fn()
-            row = {"case": name, "ok": True}
-        except Exception as e:  # the failure is the result
-            row = {"case": name, "ok": False, "error": f"{type(e).__name__}: {str(e)[:800]}"}
-        row["s"] = round(time.time() - start, 2)
-        results.append(row)
-        print(json.dumps(row), flush=True)
-        out.write_text(json.dumps(results, indent=1))
+    log = CaseLog(out)
+    record = log.record
 
     def backward(shape, causal, dtype, key_mask=None):
         q, k, v = _inputs(shape, dtype, "cuda", gen)
@@ -132,7 +122,7 @@ def _correctness(out: Path) -> int:
             grads = backward((3, 2, 1, 200, 333, head_dim), causal, torch.bfloat16, mask.cuda())
             assert all(bool((g[2] == 0).all()) for g in grads), "a batch that sees no key has nonzero gradients"
         record(f"key mask D={head_dim} causal={causal}", masked)
-    return 0 if all(r["ok"] for r in results) else 1
+    return 0 if log.all_passed() else 1
 
 
 def _timings(out: Path) -> int:
@@ -190,14 +180,7 @@ def _timings(out: Path) -> int:
 
 
 def _child(phase: str, out_dir: Path, timeout_s: int) -> tuple[int | None, str]:
-    try:
-        done = subprocess.run([sys.executable, __file__, "--phase", phase, str(out_dir), *sys.argv[2:]],
-                              capture_output=True,
-                              text=True, timeout=timeout_s)
-        return done.returncode, (done.stdout + done.stderr)[-6000:]
-    except subprocess.TimeoutExpired as e:
-        text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return None, text[-6000:]
+    return run_phase(__file__, phase, out_dir, timeout_s, sys.argv[2:])
 
 
 def main() -> int:

@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from _phases import CaseLog, run_phase
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -88,19 +90,8 @@ def _correctness(out: Path) -> int:
 
     gen = torch.Generator()
     gen.manual_seed(20261126)
-    results = []
-
-    def record(name, fn):
-        start = time.time()
-        try:
-            fn()
-            row = {"case": name, "ok": True}
-        except Exception as e:  # the failure is the result
-            row = {"case": name, "ok": False, "error": f"{type(e).__name__}: {str(e)[:800]}"}
-        row["s"] = round(time.time() - start, 2)
-        results.append(row)
-        print(json.dumps(row), flush=True)
-        out.write_text(json.dumps(results, indent=1))
+    log = CaseLog(out)
+    record = log.record
 
     def poisoned_forward(q, k, v, causal, scale, key_mask=None):
         o = torch.full_like(q, math.nan)
@@ -177,7 +168,7 @@ def _correctness(out: Path) -> int:
             _, lse_t = attention_fwd(q, k, v, causal, 1 / math.sqrt(shape[-1]), impl="triton")
             assert torch.allclose(lse, lse_t, rtol=0, atol=2e-5), "lse differs from the Triton forward's"
         record(f"gradients {shape} causal={causal} {dtype_name}", grads)
-    return 0 if all(r["ok"] for r in results) else 1
+    return 0 if log.all_passed() else 1
 
 
 def _timings(out: Path) -> int:
@@ -229,15 +220,7 @@ def _timings(out: Path) -> int:
 
 
 def _child(phase: str, out_dir: Path, timeout_s: int) -> tuple[int | None, str]:
-    """Runs one phase in a child; (exit status or None on timeout, the tail of its output)."""
-    try:
-        done = subprocess.run([sys.executable, __file__, "--phase", phase, str(out_dir)]
-                              + (["--variants"] if VARIANTS else []), capture_output=True, text=True,
-                              timeout=timeout_s)
-        return done.returncode, (done.stdout + done.stderr)[-6000:]
-    except subprocess.TimeoutExpired as e:
-        text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return None, text[-6000:]
+    return run_phase(__file__, phase, out_dir, timeout_s, ["--variants"] if VARIANTS else [])
 
 
 def _device_facts() -> dict:

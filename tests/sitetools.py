@@ -43,7 +43,8 @@ def load_check(name: str):
 
 # The tools/ files `mkdocs build` loads (mkdocs.yml's hook and what it loads): what a sandboxed copy of the
 # site needs beside its mkdocs.yml.
-SITE_TOOLS = ("mkdocs_hooks.py", "site_records.py", "markdown_plain_text.py", "vendor_assets.py")
+SITE_TOOLS = ("mkdocs_hooks.py", "site_records.py", "markdown_plain_text.py", "mkdocs_page_cache.py",
+              "vendor_assets.py")
 # A sandbox's build keeps its published records where the repository's builds do (tools/site_records.py names
 # each by what it is made from, whatever the root), so the records a sandbox shares with the site are not
 # published again.

@@ -68,10 +68,13 @@ def _build(project: Path, site: str, monkeypatch, mode: str = "") -> dict[str, b
     monkeypatch.setenv("KERNEL_LAB_PAGE_CACHE", mode)
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")  # the theme prints the build date
     monkeypatch.chdir(project)
-    logging.getLogger("mkdocs").setLevel(logging.ERROR)
+    mkdocs_log = logging.getLogger("mkdocs")
+    level = mkdocs_log.level
+    mkdocs_log.setLevel(logging.ERROR)
     try:
         build(load_config(str(project / "mkdocs.yml"), site_dir=str(project / site)))
     finally:
+        mkdocs_log.setLevel(level)  # other tests read MkDocs' warnings
         sys.modules["kernel_lab_mkdocs_page_cache"].uninstall()
     return {str(p.relative_to(project / site)): p.read_bytes() for p in sorted((project / site).rglob("*.html"))}
 

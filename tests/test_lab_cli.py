@@ -85,6 +85,25 @@ def test_records_of_undeclared_experiments_are_reported(tmp_path, capsys):
     assert "no declared experiment is named 'fixture-single'" in capsys.readouterr().err
 
 
+def test_a_render_of_the_checkouts_own_pages_keeps_the_digest_of_its_inputs(tmp_path, monkeypatch):
+    # `mkdocs serve` then finds the pages rendered from the inputs on disk and does not render them again;
+    # a render elsewhere (another docs folder) leaves the digest alone.
+    from lab.evidence.render_inputs import render_fingerprint, stored_fingerprint
+
+    monkeypatch.setattr(build_results, "ROOT", tmp_path)
+    (tmp_path / "records").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.md").write_text("one\n")
+    (tmp_path / "probes").mkdir()
+    (tmp_path / "probes" / "rounds.toml").write_text("")  # no probe rounds
+    assert build_results.main(["--render-only"]) == 0
+    kept = stored_fingerprint(tmp_path)
+    assert kept == render_fingerprint(tmp_path)
+    (tmp_path / "notes" / "a.md").write_text("two, longer\n")
+    assert build_results.main(["--render-only", "--docs-dir", str(tmp_path / "elsewhere")]) == 0
+    assert stored_fingerprint(tmp_path) == kept != render_fingerprint(tmp_path)
+
+
 # ---- benchmark-softmax -------------------------------------------------------------------------------------
 
 

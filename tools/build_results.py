@@ -59,6 +59,7 @@ from lab.publish.collect import collect_evidence  # noqa: E402
 from lab.publish.figures import cited_runs  # noqa: E402
 from lab.publish.notebook import render_notebook  # noqa: E402
 from lab.publish.render import lost_evidence, render_outputs, write_outputs  # noqa: E402
+from lab.evidence.render_inputs import render_fingerprint, store_fingerprint  # noqa: E402
 
 EXIT_OK, EXIT_RUN_FAILED, EXIT_USAGE, EXIT_INVALID_RECORDS = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
@@ -190,6 +191,11 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
 
     A render that would take runs off the pages (every record of an experiment, or of a GPU, now skipped or
     gone) says so first, and under --strict refuses: nothing is written."""
+    # The inputs as they are before the render: `mkdocs serve` (tools/mkdocs_hooks.py) renders again only
+    # when they change after it. Kept only for the checkout's own records and pages.
+    default_dirs = (args.records_dir.resolve() == (ROOT / "records").resolve()
+                    and args.docs_dir.resolve() == (ROOT / "docs").resolve())
+    fingerprint = render_fingerprint(ROOT) if default_dirs else None
     outputs = render_outputs(found, cited_in(args.docs_dir, found))
     notebook, skipped = render_notebook(ROOT)  # the probe rounds' pages, from probes/rounds.toml and notes/probes/
     for problem in skipped:
@@ -203,6 +209,8 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
               "render without --strict to accept the loss", file=sys.stderr)
         return EXIT_INVALID_RECORDS
     report = write_outputs(outputs, args.docs_dir)
+    if fingerprint is not None:
+        store_fingerprint(ROOT, fingerprint)
     print(f"build_results: rendered {len(report.written)} changed, {len(report.unchanged)} unchanged, "
           f"{len(report.removed)} removed file(s) under {args.docs_dir}")
     if status == EXIT_OK and args.strict and (found.problems or skipped):

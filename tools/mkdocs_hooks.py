@@ -81,12 +81,8 @@ NOTEBOOK_STYLES = "assets/notebook"
 # The lab notebook's rounds are listed by its own index page (docs/probes/index.md), not in the navigation,
 # which every page of the site carries: sixty rounds there weighed more than the pages themselves.
 LISTED_SECTIONS = ("experiments", "decisions")
-# What the evidence pages are rendered from; a change to any of them re-renders under `mkdocs serve`.
-RENDER_INPUTS = ("records", "lab", "experiments", "kernels", "probes", "notes")
+# The render run beside the server when its inputs (lab/evidence/render_inputs.py) changed since the last one.
 RENDER_COMMAND = ("tools/build_results.py", "--render-only")
-
-# Where the digest of the inputs of the last successful render is kept, from the repository root.
-FINGERPRINT_FILE = ".cache/kernel-lab/evidence-inputs.sha256"
 
 # Expanded pages kept between builds (git-ignored, never published): an entry is named by the SHA-256 of the
 # page's text and of every file under FIGURE_INPUTS (the records; the declarations with margins.json; the
@@ -426,39 +422,26 @@ def _keep_figures(entry: Path, text: str) -> None:
 # --------------------------------------------------------------------------------------------------------
 
 
+def _inputs(root: Path):
+    """lab/evidence/render_inputs.py of this checkout (the render's inputs and their stored digest)."""
+    return _project_module(root, "lab.evidence.render_inputs")
+
+
 def render_fingerprint(root: Path) -> str:
-    """A digest of the names, sizes and modification times of everything the evidence pages depend on."""
-    h = hashlib.sha256()
-    for top in RENDER_INPUTS:
-        base = root / top
-        if not base.exists():
-            continue
-        for path in sorted(base.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                st = path.stat()
-                h.update(f"{path.relative_to(root).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+    return _inputs(root).render_fingerprint(root)
 
 
 def _stored_fingerprint(root: Path) -> str | None:
-    try:
-        return (root / FINGERPRINT_FILE).read_text(encoding="ascii").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
+    return _inputs(root).stored_fingerprint(root)
 
 
 def _store_fingerprint(root: Path, fingerprint: str) -> None:
-    try:
-        path = root / FINGERPRINT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(fingerprint + "\n", encoding="ascii")
-    except OSError as exc:  # a read-only checkout still serves; it only renders again on the next start
-        log.debug(f"could not keep the render's fingerprint: {exc}")
+    _inputs(root).store_fingerprint(root, fingerprint)
 
 
 def rerender_if_changed(root: Path) -> bool:
     """Run the renderer when its inputs changed since the last successful render (of this process, or kept
-    in FINGERPRINT_FILE by an earlier one); True if it ran and succeeded."""
+    in .cache/ by an earlier one or by tools/build_results.py); True if it ran and succeeded."""
     global _rendered_fingerprint
     fingerprint = render_fingerprint(root)
     if fingerprint in (_rendered_fingerprint, _stored_fingerprint(root)):

@@ -1,5 +1,6 @@
 """What the GPU checks share: each phase runs in a child process (a hang or a crash there cannot take the
-other phases with it), and a correctness phase logs one row a case, its failure being the result.
+other phases with it), a correctness phase logs one row a case, its failure being the result, and the
+attention checks time the same inputs.
 """
 
 from __future__ import annotations
@@ -42,3 +43,16 @@ def run_phase(script: str, phase: str, out_dir: Path, timeout_s: int, extra: lis
     except subprocess.TimeoutExpired as e:
         text = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return None, text[-6000:]
+
+
+def attention_timing_inputs(seq: int, head_dim: int, count: int) -> tuple:
+    """(batch, heads, `count` bf16 CUDA tensors [batch, heads, seq, head_dim]) at B·S = 16,384 and H·D = 2,048,
+    drawn from a generator seeded by the shape, as the lab's attention experiments size their points."""
+    import torch
+
+    batch, heads = 16384 // seq, 2048 // head_dim
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seq + head_dim)
+    tensors = tuple(torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+                    for _ in range(count))
+    return batch, heads, tensors

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from _phases import CaseLog, run_phase
+from _phases import CaseLog, attention_timing_inputs, run_phase
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -181,11 +181,7 @@ def _timings(out: Path) -> int:
 
     rows = []
     for seq, head_dim, causal in TIMED:
-        batch, heads = 16384 // seq, 2048 // head_dim
-        gen = torch.Generator(device="cuda")
-        gen.manual_seed(seq + head_dim)
-        q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-                   for _ in range(3))
+        batch, heads, (q, k, v) = attention_timing_inputs(seq, head_dim, 3)
         flops = 4 * batch * heads * seq * seq * head_dim // (2 if causal else 1)
         scale = 1 / math.sqrt(head_dim)
 

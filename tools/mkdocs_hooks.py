@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -405,14 +404,8 @@ def _keep_figures(entry: Path, text: str) -> None:
     """Write an expanded page whole or not at all, and remove the entries of all but the newest
     FIGURE_STATES_KEPT input states; a cache that cannot be written costs time, never the build."""
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{entry.name}")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, entry)
-        states = sorted((p for p in entry.parent.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-        for old in states[:-FIGURE_STATES_KEPT]:
-            if old != entry.parent:
-                shutil.rmtree(old, ignore_errors=True)
+        _page_cache.keep_entry(entry, text)
+        _page_cache.prune_states(entry.parent, FIGURE_STATES_KEPT)
     except OSError as exc:
         log.debug(f"could not keep an expanded page: {exc}")
 
@@ -427,24 +420,19 @@ def _inputs(root: Path):
     return _project_module(root, "lab.evidence.render_inputs")
 
 
-def render_fingerprint(root: Path) -> str:
-    return _inputs(root).render_fingerprint(root)
-
-
-def _stored_fingerprint(root: Path) -> str | None:
-    return _inputs(root).stored_fingerprint(root)
-
-
-def _store_fingerprint(root: Path, fingerprint: str) -> None:
-    _inputs(root).store_fingerprint(root, fingerprint)
+def _already_rendered(root: Path, fingerprint: str) -> bool:
+    """Whether the pages on disk were rendered from inputs of this digest: by this process, or (the digest kept
+    in .cache/) by an earlier one or by tools/build_results.py."""
+    return fingerprint in (_rendered_fingerprint, _inputs(root).stored_fingerprint(root))
 
 
 def rerender_if_changed(root: Path) -> bool:
-    """Run the renderer when its inputs changed since the last successful render (of this process, or kept
-    in .cache/ by an earlier one or by tools/build_results.py); True if it ran and succeeded."""
+    """Run the renderer when its inputs changed since the last successful render (_already_rendered); True
+    if it ran and succeeded."""
     global _rendered_fingerprint
-    fingerprint = render_fingerprint(root)
-    if fingerprint in (_rendered_fingerprint, _stored_fingerprint(root)):
+    inputs = _inputs(root)
+    fingerprint = inputs.render_fingerprint(root)
+    if _already_rendered(root, fingerprint):
         _rendered_fingerprint = fingerprint
         return False
     _rendered_fingerprint = fingerprint  # a failing render is reported once, not retried on every rebuild
@@ -459,7 +447,7 @@ def rerender_if_changed(root: Path) -> bool:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
         log.warning(f"re-rendering the evidence pages failed (exit {proc.returncode}):\n{tail}")
         return False
-    _store_fingerprint(root, fingerprint)
+    inputs.store_fingerprint(root, fingerprint)
     log.info("evidence pages re-rendered from the records")
     return True
 
@@ -473,7 +461,7 @@ def rerender_in_background(root: Path) -> threading.Thread | None:
     global _render_thread
     if _render_thread is not None and _render_thread.is_alive():
         return None
-    if render_fingerprint(root) in (_rendered_fingerprint, _stored_fingerprint(root)):
+    if _already_rendered(root, _inputs(root).render_fingerprint(root)):
         return None
     log.info("evidence inputs changed: re-rendering the evidence pages beside the server")
     _render_thread = threading.Thread(target=rerender_if_changed, args=(root,), name="kernel-lab-render",

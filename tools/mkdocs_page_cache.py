@@ -173,10 +173,7 @@ def _keep(page: Page, entry: Path) -> None:
         "links_to_anchors": None if links is None else {f.src_uri: dict(a) for f, a in links.items()},
     }
     try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{entry.name}")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, entry)
+        keep_entry(entry, json.dumps(data))
     except OSError as exc:
         log.debug(f"could not keep a rendered page: {exc}")
 
@@ -187,9 +184,26 @@ def prune() -> None:
     if current is None or not current.parent.is_dir():
         return
     try:
-        states = sorted((p for p in current.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-        for old in states[:-STATES_KEPT]:
-            if old != current:
-                shutil.rmtree(old, ignore_errors=True)
+        prune_states(current, STATES_KEPT)
     except OSError as exc:
         log.debug(f"could not prune rendered pages: {exc}")
+
+
+# The site build's caches (this one, and tools/mkdocs_hooks.py's expanded figures) keep an entry a file under a
+# folder a state, and these two helpers.
+
+
+def keep_entry(entry: Path, text: str) -> None:
+    """Write `text` to `entry` whole or not at all (through a sibling renamed into place); OSError if it cannot."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = entry.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{entry.name}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, entry)
+
+
+def prune_states(current: Path, kept: int) -> None:
+    """Remove all but the `kept` newest state folders beside `current` (which always stays)."""
+    states = sorted((p for p in current.parent.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for old in states[:-kept]:
+        if old != current:
+            shutil.rmtree(old, ignore_errors=True)

@@ -49,7 +49,10 @@ WARPGROUP_N = 64  # keys a consumer warpgroup holds
 BLOCK_N = 2 * WARPGROUP_N  # keys a program holds
 BLOCK_M = 64  # queries a tile
 STAGES = 2  # ring slots of (Q_i, dO_i)
-CONSUMER_REGS, LOADER_REGS, MAXNREG = 224, 40, 168
+# Registers a thread: consumers 240, loader 24 (the dQ kernel's split). At 224 / 40 a consumer spilled 244 bytes
+# at head dim 128 (112 at 240) and the kernel ran 8-18% slower there; at head dim 64 neither spills and the two
+# were within 3% (notes/attention.md, H100, 2026-11-27).
+CONSUMER_REGS, LOADER_REGS, MAXNREG = 240, 24, 168
 NUM_WARPS = 4  # the default partition (consumer 0); the workers add 4 + 1
 
 

@@ -29,12 +29,13 @@ GLUON_PINGPONG = False
 # the plan (notes/attention.md, 2026-11-27, H100, bf16, TFLOP/s): head dim 128 without a mask 512 against 481
 # at S = 1024, 581 against 563 at 4096, but 505 against 547 at 2048 and 574 against 599 at 8192; causal 20-24%
 # lower from 1024 to 8192 (longest first across heads puts 132 heads' keys in flight at once, more than the
-# L2 holds). Since then (not yet timed): causal tiles head by head as the plan orders them, and two Q buffers.
+# L2 holds). Revised (causal tiles head by head as the plan orders them, two Q buffers; 2026-11-27): +13-18% at
+# 1,024 keys without a mask, where the plan runs the Triton forward, and at or below the plan everywhere else.
 GLUON_PERSISTENT = False
 # Half of each unmasked tile's exponentials computed on the FMA pipe (a degree-4 polynomial and an exponent add)
 # instead of the MUFU: at head dim 64 the MUFU's 16 a clock an SM take as long as the tile's products. Read
 # offline (compiled for sm_90a, head dim 64, one unmasked tile a warpgroup thread): MUFU 66 -> 34, FP32 pipe
-# 168 -> 392, no spills, no shuffles. A plan option, not yet timed.
+# 168 -> 392, no spills, no shuffles. Timed on the H100 (2026-11-27): 9-21% slower than the plan at every point.
 GLUON_EXP_SPLIT = False
 # Where "auto" takes the Gluon forward once it can run (measured on the H100, bf16, notes/attention.md,
 # 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048

@@ -21,7 +21,7 @@ import torch
 from lab.evidence.records import CPU_GPU_KEY
 
 # Packages whose versions a reader needs to repeat a run; an absent one is simply left out.
-PACKAGES = ("torch", "triton", "numpy", "liger-kernel", "quack-kernels", "nvidia-cutlass-dsl")
+PACKAGES = ("torch", "triton", "numpy", "liger-kernel", "gemlite", "quack-kernels", "nvidia-cutlass-dsl")
 _SMI_FIELDS = {
     "driver_version": "driver",
     "clocks.sm": "sm_clock_mhz",

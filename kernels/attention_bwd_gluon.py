@@ -40,9 +40,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-LOG2E = 1.4426950408889634
+from kernels._gluon_host import LOG2E, compile_kernel_for_sm90, descriptor, key_mask_args
+
 _LOG2E = gl.constexpr(LOG2E)
 
 WARPGROUP_N = 64  # keys a consumer warpgroup holds
@@ -218,24 +218,12 @@ def _attention_bwd_kv_gluon_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, del
 # Host side
 # --------------------------------------------------------------------------------------------------------
 
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-
-
-def descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
-    shape = [1, 1, block_rows, t.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(shape, _GL_DTYPES[t.dtype])
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), shape, layout)
-
-
 def launch_args(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key_mask=None,
                 stages: int = STAGES) -> tuple:
     """(grid, positional args, meta) of one launch; tensors may live on the 'meta' device (shapes only)."""
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
-    if key_mask is None:
-        mask, stride_mb, stride_mk = None, None, None
-    else:
-        mask, stride_mb, stride_mk = key_mask.view(torch.uint8), key_mask.stride(0), key_mask.stride(1)
+    mask, stride_mb, stride_mk = key_mask_args(key_mask)
     args = (descriptor(q, BLOCK_M), descriptor(do, BLOCK_M), descriptor(k, WARPGROUP_N), descriptor(v, WARPGROUP_N),
             lse, delta, dk, dv, mask, seq_q, seq_k, n_kv_heads, n_heads // n_kv_heads, scale * LOG2E, scale,
             dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1), dv.stride(2), stride_mb, stride_mk)
@@ -263,23 +251,3 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: 
     _, args, meta = launch_args(q, k, k, q, lse, lse, torch.empty_like(k), torch.empty_like(k), causal, 0.125, mask,
                                 stages)
     return compile_kernel_for_sm90(_attention_bwd_kv_gluon_kernel, args, meta, NUM_WARPS, MAXNREG)
-
-
-def compile_kernel_for_sm90(fn, args: tuple, meta: dict, num_warps: int, maxnreg: int):
-    """A Gluon kernel compiled for sm_90 from its launch arguments (tensors on the 'meta' device will do)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
-    signature, constants, attrs = dict.fromkeys(meta, "constexpr"), dict(meta), {}
-    for i, (name, arg) in enumerate(zip(fn.arg_names, args)):
-        if arg is None:
-            signature[name], constants[name] = "constexpr", None
-        elif isinstance(arg, torch.Tensor):
-            signature[name] = "*u8" if arg.dtype == torch.uint8 else mangle_type(arg)
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            signature[name] = "fp32" if isinstance(arg, float) else "i32" if isinstance(arg, int) else mangle_type(arg)
-    constants = {(fn.arg_names.index(name),): value for name, value in constants.items()}
-    src = GluonASTSource(fn, signature, constants, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "maxnreg": maxnreg})

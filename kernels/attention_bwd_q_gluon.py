@@ -31,9 +31,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from kernels.attention_bwd_gluon import compile_kernel_for_sm90, descriptor
+from kernels._gluon_host import LOG2E, compile_kernel_for_sm90, descriptor, key_mask_args
 
-LOG2E = 1.4426950408889634
 _LOG2E = gl.constexpr(LOG2E)
 
 WARPGROUP_M = 64  # queries a consumer warpgroup holds
@@ -180,10 +179,7 @@ def launch_args(q, k, v, do, lse, delta, dq, causal: bool, scale: float, key_mas
     """(grid, positional args, meta) of one launch; tensors may live on the 'meta' device (shapes only)."""
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
-    if key_mask is None:
-        mask, stride_mb, stride_mk = None, None, None
-    else:
-        mask, stride_mb, stride_mk = key_mask.view(torch.uint8), key_mask.stride(0), key_mask.stride(1)
+    mask, stride_mb, stride_mk = key_mask_args(key_mask)
     args = (descriptor(q, WARPGROUP_M), descriptor(do, WARPGROUP_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
             lse, delta, dq, mask, seq_q, seq_k, n_heads, n_heads // n_kv_heads, scale * LOG2E, scale, dq.stride(0),
             dq.stride(1), dq.stride(2), stride_mb, stride_mk)

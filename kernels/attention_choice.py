@@ -8,6 +8,7 @@ tensors fit descriptors, the interpreter, the sequence lengths, and the caller's
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
 
@@ -118,24 +119,23 @@ def choose_backward_impl(impl: str, capability: tuple[int, int] | None, gluon_im
 
 
 @functools.cache
+def _modules_import(*names: str) -> bool:
+    try:
+        for name in names:
+            importlib.import_module(name)
+    except Exception:  # an older or newer Triton without these names
+        return False
+    return True
+
+
 def gluon_backward_imports() -> bool:
     """Whether the Gluon backward's modules import."""
-    try:
-        import kernels.attention_bwd_gluon  # noqa: F401
-        import kernels.attention_bwd_q_gluon  # noqa: F401
-    except Exception:  # an older or newer Triton without these names
-        return False
-    return True
+    return _modules_import("kernels.attention_bwd_gluon", "kernels.attention_bwd_q_gluon")
 
 
-@functools.cache
 def gluon_imports() -> bool:
     """Whether the Gluon forward's module imports (triton.experimental.gluon with Hopper's TMA and wgmma)."""
-    try:
-        import kernels.attention_gluon  # noqa: F401
-    except Exception:  # an older or newer Triton without these names
-        return False
-    return True
+    return _modules_import("kernels.attention_gluon")
 
 
 def default_impl() -> str:

@@ -53,9 +53,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-LOG2E = 1.4426950408889634
+from kernels._gluon_host import LOG2E, compile_kernel_for_sm90, descriptor, key_mask_args
+
 LN2 = 0.6931471805599453
 _LN2 = gl.constexpr(LN2)  # readable inside the kernels
 
@@ -388,17 +388,6 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
 # Host side
 # --------------------------------------------------------------------------------------------------------
 
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-
-
-def descriptor(t: torch.Tensor, block_rows: int) -> TensorDescriptor:
-    """A 4-D tensor descriptor over t (batch, heads, seq, head_dim), boxes of [1, 1, block_rows, head_dim];
-    rows past seq read as zeros."""
-    shape = [1, 1, block_rows, t.shape[-1]]
-    layout = gl.NVMMASharedLayout.get_default_for(shape, _GL_DTYPES[t.dtype])
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), shape, layout)
-
-
 def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None, pingpong: bool = False,
                 persistent_programs: int | None = None, exp_split: bool = False) -> tuple:
     """(grid, positional args, meta) of one launch; the tensors may live on the 'meta' device (shapes and
@@ -406,10 +395,7 @@ def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_ma
     None, one program a query tile; else at most that many programs, each taking every grid-th tile."""
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
-    if key_mask is None:
-        mask, stride_mb, stride_mk = None, None, None
-    else:
-        mask, stride_mb, stride_mk = key_mask.view(torch.uint8), key_mask.stride(0), key_mask.stride(1)
+    mask, stride_mb, stride_mk = key_mask_args(key_mask)
     args = (descriptor(q, WARPGROUP_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), o, lse, mask, seq_q, seq_k,
             n_heads, n_heads // n_kv_heads, batch * n_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
             stride_mb, stride_mk)
@@ -442,25 +428,9 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: 
                      pingpong: bool = False, persistent: bool = False, exp_split: bool = False):
     """The kernel compiled for sm_90 from shapes alone (no GPU: the CPU can check it builds, its registers
     and its shared memory)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from triton.runtime.jit import mangle_type
-
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
     _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong,
                                 132 if persistent else None, exp_split)
-    fn = _attention_fwd_gluon_kernel
-    signature, constants, attrs = dict.fromkeys(meta, "constexpr"), dict(meta), {}
-    for i, (name, arg) in enumerate(zip(fn.arg_names, args)):
-        if arg is None:
-            signature[name], constants[name] = "constexpr", None
-        elif isinstance(arg, torch.Tensor):
-            signature[name] = "*u8" if arg.dtype == torch.uint8 else mangle_type(arg)
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        else:
-            signature[name] = "fp32" if isinstance(arg, float) else "i32" if isinstance(arg, int) else mangle_type(arg)
-    constants = {(fn.arg_names.index(name),): value for name, value in constants.items()}
-    src = GluonASTSource(fn, signature, constants, attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": NUM_WARPS, "maxnreg": MAXNREG})
+    return compile_kernel_for_sm90(_attention_fwd_gluon_kernel, args, meta, NUM_WARPS, MAXNREG)

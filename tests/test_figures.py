@@ -63,6 +63,37 @@ def test_fig_renders_bounds_times_and_ceiling_shares(evidence):
                      evidence)) > 0
 
 
+def test_fig_renders_tflops_and_the_share_of_the_runs_matmul_peak(tmp_path):
+    # A copy of fixture-single's records with a FLOP count at every point and, in the newest GPU A run, a
+    # measured matmul peak: the figures are the FLOP count over the median and its share of that peak.
+    import json
+    import shutil
+    import statistics
+
+    records = tmp_path / "records"
+    shutil.copytree(FIXTURES / "records", records)
+    newest = records / "fixture-single" / "20260301T100000Z-nvidia-test-gpu-a-a1a1a1.json"
+    data = json.loads(newest.read_text())
+    for point in data["points"]:
+        point["flops"] = 3 * 10**9
+    samples = [1.0, 1.001, 0.999, 1.002, 0.998]
+    data["matmul_peak"] = {"dtype": "bfloat16", "m": 8192, "n": 8192, "k": 8192, "samples_ms": samples,
+                           "tflops": 2 * 8192**3 / (statistics.median(samples) * 1e-3) / 1e12}
+    newest.write_text(json.dumps(data))
+    evidence = collect_evidence(fx.EXPERIMENTS, fx.DECISIONS, records, fx.CURRENT_HASHES)
+    assert not [p for p in evidence.problems if p.path.name == newest.name]  # the fixtures' bad record stays bad
+    common = 'gpu="Test GPU A", case="fx-4096x1024", dtype="float32", profile="subject-kernel"'
+    ms = float(one(f'{{{{ fig("fixture-single", {common}, what="ms", digits=6) }}}}', evidence))
+    tflops = float(one(f'{{{{ fig("fixture-single", {common}, what="tflops", digits=4) }}}}', evidence))
+    assert tflops == pytest.approx(3e9 / (ms * 1e-3) / 1e12, rel=1e-4)
+    peak = float(one(f'{{{{ fig("fixture-single", {common}, what="peak", digits=3) }}}}', evidence))
+    assert peak == pytest.approx(100 * tflops / data["matmul_peak"]["tflops"], rel=1e-3)
+    assert "." not in one(f'{{{{ fig("fixture-single", {common}, what="tflops") }}}}', evidence)
+    # GPU B's run has neither: each figure says what is missing
+    b = 'gpu="Test GPU B", case="fx-4096x1024", dtype="float32", profile="subject-kernel"'
+    assert "has no FLOP count" in refused(f'{{{{ fig("fixture-single", {b}, what="tflops") }}}}', evidence)
+
+
 def unmarked(text: str) -> str:
     """The text without its "earlier code" marks (stale_mark)."""
     return re.sub(r'<sup class="kl-stale"[^>]*>.*?</sup>', "", text)

@@ -17,8 +17,10 @@ Arguments are Python literals, keywords after the slug:
 * `case`: fnmatch patterns joined by "|" ("m1-*|m16-*"); `dtype` likewise ("bfloat16|float16"); `clock`: "gpu-time"
   (default) or "eager-call". A selection that matches no point is an error, never a vacuous truth.
 * fig `what`: "speedup" (the point's speedup over its best correct baseline), "low" / "high" (its 95% bounds),
-  "word" (Faster, Level, ...), "ms" (the median of `profile` on that clock), "pct" (`profile`'s share of the
-  copy ceiling, in percent); `digits` sets the decimals (2 by default, 3 for ms, 0 for pct). Over any number
+  "word" (Faster, Level, ...), "ms" (the median of `profile` on that clock), "tflops" (the point's FLOP count
+  over that median), "peak" (those TFLOP/s as a percentage of the bf16 matmul peak measured in the same run),
+  "pct" (`profile`'s share of the copy ceiling, in percent); `digits` sets the decimals (2 by default, 3 for
+  ms, 0 for tflops, peak and pct). Over any number
   of points: "count" (how many selected points have one of the `words`, joined by "|") and "points" (how many
   are selected).
 * claim quantifiers, each a word or words joined by "|" (lab.evidence.verdict.WORDS): `every` (every selected
@@ -50,7 +52,7 @@ from lab.publish.overview import performance_verdicts
 
 CALL = re.compile(r"\{\{\s*(fig|claim)\((.*?)\)\s*\}\}", re.DOTALL)
 OPENING = re.compile(r"\{\{\s*(?:fig|claim)\(")  # a call's start: one that CALL does not complete is an error
-FIG_WHATS = ("speedup", "low", "high", "word", "ms", "pct", "count", "points")
+FIG_WHATS = ("speedup", "low", "high", "word", "ms", "tflops", "peak", "pct", "count", "points")
 QUANTIFIERS = ("every", "some", "none")
 ALL = "*"
 
@@ -290,7 +292,7 @@ def figure(call: Call, evidence: Evidence, used: list | None = None) -> str:
     judged = points[0]
     if what not in FIG_WHATS:
         raise _Refused(f"what={what!r} is not one of {', '.join(FIG_WHATS)}")
-    digits = int(call.kwargs.get("digits", {"ms": 3, "pct": 0}.get(what, 2)))
+    digits = int(call.kwargs.get("digits", {"ms": 3, "tflops": 0, "peak": 0, "pct": 0}.get(what, 2)))
     if what == "word":
         return judged.word
     if what in ("speedup", "low", "high"):
@@ -303,11 +305,20 @@ def figure(call: Call, evidence: Evidence, used: list | None = None) -> str:
     if profile not in point.results:
         raise _Refused(f"what={what!r} needs profile= one of {', '.join(sorted(point.results))}")
     result = point.results[profile]
-    if what == "ms":
+    if what in ("ms", "tflops", "peak"):
         timing = clock_timing(result, call.kwargs.get("clock", GPU_TIME))
         if timing is None:
             raise _Refused(f"{profile} has no time at {judged.case} ({judged.dtype}): {result.status}")
-        return f"{timing[0]:.{digits}f}"
+        if what == "ms":
+            return f"{timing[0]:.{digits}f}"
+        if not point.flops:
+            raise _Refused(f"{judged.case} ({judged.dtype}) has no FLOP count")
+        tflops = point.flops / (timing[0] * 1e-3) / 1e12
+        if what == "tflops":
+            return f"{tflops:.{digits}f}"
+        if verdict.run.matmul_peak is None:
+            raise _Refused(f"run {verdict.run.run_id} measured no matmul peak")
+        return f"{100 * tflops / verdict.run.matmul_peak.tflops:.{digits}f}"
     if result.pct_of_ceiling is None:
         raise _Refused(f"{profile} has no share of the copy ceiling at {judged.case} ({judged.dtype})")
     return f"{result.pct_of_ceiling:.{digits}f}"

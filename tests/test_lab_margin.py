@@ -102,6 +102,26 @@ def test_a_compiled_profile_stands_in_on_gpu_time_but_never_on_the_eager_clock()
     assert margin.same_code_comparisons(compiled, [a, b], REPO_ROOT, EAGER) == []
 
 
+def test_a_peer_that_times_its_kernels_at_run_time_never_stands_in_but_still_counts_as_a_baseline():
+    tuned = syn.experiment(baselines=("base", "gemlite-int8"), sources=("kernels/k.py",), others=("other",))
+
+    def run(subject_hash, gemlite_ms, base_ms, day):
+        results = {"subject": _result(1.0), "base": _result(base_ms), "gemlite-int8": _result(gemlite_ms),
+                   "other": _result(3.0)}
+        return syn.run([syn.point(results)], hashes=_hashes(subject_hash), started=f"2026-01-0{day}T00:00:00Z")
+
+    # The subject changed and gemlite's autotuner picked a slower kernel the second time (it is not the
+    # fastest baseline in either run): only the plain profile stands in, and its ratio did not move.
+    a, b = run("a", 2.5, 2.0, 1), run("b", 4.0, 2.0, 2)
+    (c,) = margin.same_code_comparisons(tuned, [a, b], REPO_ROOT, GPU)
+    assert c.numerator == "other" and c.log_ratio == pytest.approx(0.0, abs=1e-12)
+    # Where it is the fastest baseline, its move is part of the claim's speedup and is counted.
+    a, b = run("a", 1.5, 2.0, 1), run("a", 1.65, 2.0, 2)
+    (c,) = margin.same_code_comparisons(tuned, [a, b], REPO_ROOT, GPU)
+    assert c.numerator == "subject" and c.baselines == ("gemlite-int8", "gemlite-int8")
+    assert c.log_ratio == pytest.approx(math.log(1.1))
+
+
 @pytest.mark.parametrize("change", [
     {"gpu": ("nvidia-test-gpu-b", "NVIDIA Test GPU B")},
     {"env": {"torch": "2.99.0"}},

@@ -1,11 +1,12 @@
-"""GPU probe: kernels/int4_gluon.py's GEMV with asynchronous warpgroup MMAs, one group's two products in flight
-while the next group's nibbles are unpacked, against the plan's synchronous products.
+"""GPU probe: two changes to the chunk loop of kernels/int4_gluon.py's GEMV, alone and together, against the plan.
 
     python probes/int4_gluon_async.py OUT_DIR
 
-The variant kernel below differs from _int4_gemv_kernel only inside the chunk loop: each group's products are
-issued with is_async=True and waited for after the chunk's last group is issued (num_outstanding counts down by
-two a group), so the unpack of group g + 1 and the scale loads overlap group g's products. Same plan, same
+The variant kernel below differs from _int4_gemv_kernel only in its chunk loop, by two constexpr switches:
+ASYNC issues each group's two products with is_async=True and waits for them after the chunk's last group is
+issued (num_outstanding counting down by two a group), so group g + 1's unpack runs under group g's products;
+PREFETCH_S loads each chunk's scales with its weight words, one chunk ahead, where the plan loads them inside
+the loop just before they are needed (one more DRAM round trip a chunk on the chain). Same plan, same
 prepacked weight; every output checked against the plan's, and against float64. K = 4096, bfloat16, G = 128;
 N in 4096, 12288, 14336, 11007; M in 1, 4, 16; graph clock, weights rotated past L2 (checks/decode_probe.py).
 Writes OUT_DIR/int4_gluon_async.json and prints a table.
@@ -30,9 +31,10 @@ from kernels import int4_gluon as ig  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
 
-QUESTION = ("Do asynchronous wgmma, one group's products overlapping the next group's unpack, bring the Gluon int4 "
-            "GEMV closer to its weight-read floor?")
-CANDIDATES = ("the plan (synchronous products)", "the same kernel with asynchronous products")
+QUESTION = ("Do asynchronous wgmma (one group's products overlapping the next group's unpack), or scales loaded a "
+            "chunk ahead with the weights, bring the Gluon int4 GEMV closer to its weight-read floor?")
+CANDIDATES = ("the plan (synchronous products, scales loaded in the loop)", "asynchronous products",
+              "scales a chunk ahead", "both")
 SHAPES = "K = 4096, N in 4096, 12288, 14336, 11007, M in 1, 4, 16, bfloat16, G = 128"
 OUTPUTS = {"int4-gluon-5": ("notes/probes/2026-11-27-h100-int4-gluon-async.json",)}
 
@@ -40,12 +42,15 @@ K, GROUP, BF16 = 4096, 128, torch.bfloat16
 NS = (4096, 12288, 14336, 11007)
 MS = (1, 4, 16)
 ROWS = ig.ROWS
+# name -> (asynchronous products, scales prefetched one chunk ahead)
+VARIANTS = {"async": (True, False), "prefetch_s": (False, True), "async_prefetch_s": (True, True)}
 
 
 @gluon.jit
 def _int4_gemv_async_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_sn,
                             stride_ym, G: gl.constexpr, GPC: gl.constexpr, WG: gl.constexpr, MP: gl.constexpr,
-                            SPLIT: gl.constexpr, MAGIC_BITS: gl.constexpr, MAGIC: gl.constexpr):
+                            SPLIT: gl.constexpr, MAGIC_BITS: gl.constexpr, MAGIC: gl.constexpr,
+                            ASYNC: gl.constexpr, PREFETCH_S: gl.constexpr):
     T: gl.constexpr = 128 * WG
     BLOCK_N: gl.constexpr = ROWS * WG
     GB: gl.constexpr = 128 * G // 16
@@ -84,6 +89,9 @@ def _int4_gemv_async_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, 
     for g in gl.static_range(1, GPC):
         wb = wb + (gl.load(w_ptrs + g * GB), )
         xb = xb + (gl.load(x_ptrs + g * G, mask=x_mask, other=0.0), )
+    sb = (gl.load(s_ptrs, mask=rows < N, other=0.0), )
+    for g in gl.static_range(1, GPC):
+        sb = sb + (gl.load(s_ptrs + g, mask=rows < N, other=0.0), )
     y = gl.zeros([BLOCK_N, MP], gl.float32, acc_layout)
     zero = gl.zeros([BLOCK_N, MP], gl.float32, acc_layout)
     offset = gl.full([BLOCK_N, G], -MAGIC, DT, a_layout)
@@ -91,29 +99,42 @@ def _int4_gemv_async_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, 
         nxt = gl.minimum(i + 1, n_iter - 1) * GPC
         wn = (gl.load(w_ptrs + nxt * GB), )
         xn = (gl.load(x_ptrs + nxt * G, mask=x_mask, other=0.0), )
+        sn = (gl.load(s_ptrs + nxt, mask=rows < N, other=0.0), )
         for g in gl.static_range(1, GPC):
             wn = wn + (gl.load(w_ptrs + (nxt + g) * GB), )
             xn = xn + (gl.load(x_ptrs + (nxt + g) * G, mask=x_mask, other=0.0), )
+            sn = sn + (gl.load(s_ptrs + (nxt + g), mask=rows < N, other=0.0), )
         gl.thread_barrier()
         for g in gl.static_range(GPC):
             x_smem.index(g).store(xb[g])
         fence_async_shared()
         gl.thread_barrier()
-        # Issue every group's two products without waiting; group g + 1's unpack runs under group g's products.
+        # PREFETCH_S: the scales came with the chunk's words (one chunk ahead); else loaded here, as the plan does.
+        # ASYNC: every group's two products issued without waiting, so group g + 1's unpack runs under group g's.
         ps = ()
         scales = ()
         for g in gl.static_range(GPC):
-            scales = scales + (gl.load(s_ptrs + (i * GPC + g), mask=rows < N, other=0.0).to(gl.float32), )
+            if PREFETCH_S:
+                scales = scales + (sb[g].to(gl.float32), )
+            else:
+                scales = scales + (gl.load(s_ptrs + (i * GPC + g), mask=rows < N, other=0.0).to(gl.float32), )
             a = _operand_async(wb[g], a_layout, DT, MAGIC_BITS, G)
             x_g = x_smem.index(g).permute((1, 0))
-            p = warpgroup_mma(a, x_g, zero, use_acc=False, is_async=True)
-            p = warpgroup_mma(offset, x_g, p, is_async=True)
-            ps = ps + (p, )
-        for g in gl.static_range(GPC):
-            p = warpgroup_mma_wait(2 * (GPC - 1 - g), deps=(ps[g], ))
-            y += scales[g][:, None] * p
+            if ASYNC:
+                p = warpgroup_mma(a, x_g, zero, use_acc=False, is_async=True)
+                p = warpgroup_mma(offset, x_g, p, is_async=True)
+                ps = ps + (p, )
+            else:
+                p = warpgroup_mma(a, x_g, zero, use_acc=False)
+                p = warpgroup_mma(offset, x_g, p)
+                y += scales[g][:, None] * p
+        if ASYNC:
+            for g in gl.static_range(GPC):
+                p = warpgroup_mma_wait(2 * (GPC - 1 - g), deps=(ps[g], ))
+                y += scales[g][:, None] * p
         wb = wn
         xb = xn
+        sb = sn
 
     cols = gl.arange(0, MP, layout=col_layout)
     col_in = (cols < M)[None, :]
@@ -138,8 +159,8 @@ def _int4_gemv_async_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, 
 _operand_async = ig._operand
 
 
-def int4_linear_async(x, packed, out=None):
-    """ig.int4_linear_gluon's launch with the asynchronous kernel (the plan's constexprs)."""
+def int4_linear_variant(x, packed, out=None, asynchronous=True, prefetch_scales=False):
+    """ig.int4_linear_gluon's launch with the variant kernel (the plan's constexprs)."""
     n_rows, n_features = x.shape
     meta = ig.plan_int4_gluon(n_rows, packed.n_cols, n_features, GROUP, sm_count=device_sm_count(x.device))
     out = torch.empty((n_rows, packed.n_cols), dtype=x.dtype, device=x.device) if out is None else out
@@ -152,7 +173,8 @@ def int4_linear_async(x, packed, out=None):
     magic_bits, magic = ig._MAGIC[x.dtype]
     _int4_gemv_async_kernel[(n_tiles * meta["SPLIT"], )](
         x, packed.weight.view(torch.int32), packed.scales, out, part, counts, n_rows, packed.n_cols, n_features,
-        x.stride(0), packed.scales.stride(0), out.stride(0), MAGIC_BITS=magic_bits, MAGIC=magic, **meta)
+        x.stride(0), packed.scales.stride(0), out.stride(0), MAGIC_BITS=magic_bits, MAGIC=magic, ASYNC=asynchronous,
+        PREFETCH_S=prefetch_scales, **meta)
     return out
 
 
@@ -175,19 +197,22 @@ def main() -> int:
             x = torch.randn(m, K, device="cuda").to(BF16)
             row = {"N": n, "M": m, "floor_us": round(floor, 2)}
             plan = ig.int4_linear_gluon(x, packs[0], GROUP)
-            y = torch.full_like(plan, float("nan"))
-            int4_linear_async(x, packs[0], y)
-            row["rel_err"] = rel_err(y, x.double() @ ref_w.t())
-            row["equal_to_plan"] = bool(torch.equal(y, plan))
-            if not row["rel_err"] < 1e-2:
-                result["failures"].append(f"M={m} N={n}: rel_err {row['rel_err']:.3g}")
+            ref = x.double() @ ref_w.t()
             row["plan_us"] = round(graph_us(lambda x, w: ig.int4_linear_gluon(x, w, GROUP), [(x, w) for w in packs]), 2)
-            row["async_us"] = round(graph_us(lambda x, w: int4_linear_async(x, w), [(x, w) for w in packs]), 2)
+            for name, flags in VARIANTS.items():
+                y = torch.full_like(plan, float("nan"))
+                int4_linear_variant(x, packs[0], y, *flags)
+                row[f"{name}_rel_err"] = rel_err(y, ref)
+                row[f"{name}_equal_to_plan"] = bool(torch.equal(y, plan))
+                if not row[f"{name}_rel_err"] < 1e-2:
+                    result["failures"].append(f"{name} M={m} N={n}: rel_err {row[f'{name}_rel_err']:.3g}")
+                row[f"{name}_us"] = round(graph_us(lambda x, w, f=flags: int4_linear_variant(x, w, None, *f),
+                                                   [(x, w) for w in packs]), 2)
             row["plan_again_us"] = round(graph_us(lambda x, w: ig.int4_linear_gluon(x, w, GROUP), [(x, w) for w in packs]), 2)
             result["rows"].append(row)
-            print(f"N={n:>6} M={m:>3} plan {row['plan_us']:6.2f} / {row['plan_again_us']:6.2f} async {row['async_us']:6.2f} us "
-                  f"floor {floor:5.2f} ({100 * floor / row['async_us']:.0f}% async, {100 * floor / row['plan_us']:.0f}% plan) "
-                  f"err {row['rel_err']:.2e} equal {row['equal_to_plan']}", flush=True)
+            print(f"N={n:>6} M={m:>3} floor {floor:5.2f} plan {row['plan_us']:6.2f} / {row['plan_again_us']:6.2f} " +
+                  " ".join(f"{name} {row[name + '_us']:6.2f} ({100 * floor / row[name + '_us']:.0f}%, "
+                           f"equal {row[name + '_equal_to_plan']})" for name in VARIANTS), flush=True)
             (out_dir / "int4_gluon_async.json").write_text(json.dumps(result, indent=1))
         del packs
         torch.cuda.empty_cache()

@@ -66,9 +66,17 @@ def build_site(site_dir: Path, site_url: str | None = None) -> subprocess.Comple
 
     site_url: the address it will be served from (Material's instant navigation only follows links under
     the configured site_url).
+
+    The pages' Markdown is converted once per content: a page that `./dev.sh site` (or an earlier build)
+    converted from the same text, includes, file list, configuration and code is taken from the page cache
+    (tools/mkdocs_page_cache.py, KERNEL_LAB_PAGE_CACHE=read). A page whose conversion warned is never kept
+    there, so this build warns wherever a build converting every page would; every other stage of the build
+    (hooks, checked figures, navigation, templates, the anchors links point to) runs in full.
+    KERNEL_LAB_PAGE_CACHE=off converts every page.
     """
     require_vendored_assets()
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env.setdefault("KERNEL_LAB_PAGE_CACHE", "read")
     if site_url:
         env["KERNEL_LAB_SITE_URL"] = site_url
     env.pop("TRITON_INTERPRET", None)  # the build judges records, it runs no kernel; as outside the tests

@@ -3,7 +3,7 @@
 A small MkDocs project in a temporary folder, its hooks installing the cache as tools/mkdocs_hooks.py does:
 a page read from the cache is the page rendered afresh, byte for byte; an entry is taken only while the page,
 the files it includes by snippet, the file list and the configuration are unchanged; a page that includes
-another way is never cached; `mkdocs build` writes entries but reads none unless told to.
+another way is never cached, nor one that warned; `mkdocs build` writes entries but reads none unless told to.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def _project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _build(project: Path, site: str, monkeypatch, mode: str = "") -> dict[str, bytes]:
+def _build(project: Path, site: str, monkeypatch, mode: str = "", warnings: list[str] | None = None) -> dict[str, bytes]:
+    """The built pages; with `warnings`, MkDocs' warnings are logged and appended to it (else only its errors)."""
     from mkdocs.commands.build import build
     from mkdocs.config import load_config
 
@@ -70,13 +71,25 @@ def _build(project: Path, site: str, monkeypatch, mode: str = "") -> dict[str, b
     monkeypatch.chdir(project)
     mkdocs_log = logging.getLogger("mkdocs")
     level = mkdocs_log.level
-    mkdocs_log.setLevel(logging.ERROR)
+    mkdocs_log.setLevel(logging.ERROR if warnings is None else logging.WARNING)
+    heard = _Heard(warnings if warnings is not None else [])
+    mkdocs_log.addHandler(heard)
     try:
         build(load_config(str(project / "mkdocs.yml"), site_dir=str(project / site)))
     finally:
+        mkdocs_log.removeHandler(heard)
         mkdocs_log.setLevel(level)  # other tests read MkDocs' warnings
         sys.modules["kernel_lab_mkdocs_page_cache"].uninstall()
     return {str(p.relative_to(project / site)): p.read_bytes() for p in sorted((project / site).rglob("*.html"))}
+
+
+class _Heard(logging.Handler):
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(level=logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.into.append(record.getMessage())
 
 
 def _entries(project: Path) -> list[Path]:
@@ -116,6 +129,19 @@ def test_an_entry_is_taken_only_while_its_inputs_are_unchanged(tmp_path, monkeyp
     (project / "docs" / "new.md").write_text("# New\n")  # the file list is in every entry's state
     listed = _build(project, "site_e", monkeypatch, "read")
     assert b"FROM-THE-CACHE" not in listed["other.html"]
+
+
+def test_a_page_that_warns_is_never_kept_so_a_build_that_reads_the_cache_warns_too(tmp_path, monkeypatch):
+    project = _project(tmp_path)
+    (project / "docs" / "warns.md").write_text("# Warns\n\nSee [a page that is not there](missing.md).\n")
+    heard: list[str] = []
+    _build(project, "site_a", monkeypatch, warnings=heard)
+    assert [m for m in heard if "missing.md" in m], heard
+    assert len(_entries(project)) == 2, "index and other are kept; warns (it warned) and block are not"
+    heard_again: list[str] = []
+    read = _build(project, "site_b", monkeypatch, "read", warnings=heard_again)
+    assert [m for m in heard_again if "missing.md" in m], "the page was converted again, and warned again"
+    assert b"not there" in read["warns.html"]
 
 
 def test_off_turns_it_off_and_old_states_are_pruned(tmp_path, monkeypatch):

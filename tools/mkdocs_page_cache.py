@@ -11,14 +11,16 @@ snippet line (`--8<-- "path"`, followed into the files it includes; a page that 
 rendered every time), its path, mkdocs.yml, the list of the site's
 files with their URLs (relative links resolve against it), the Markdown extensions of this repository
 (tools/), and the versions of Python and of the packages that render. A page whose entry is missing renders
-as always and is then kept.
+as always and is then kept, unless its conversion logged a warning: such a page is never kept, so it is
+converted, and warns, on every build, whether that build reads the cache or not. What a page read from the
+cache would have raised is therefore nothing: its conversion is a function of the entry's key, and that
+conversion raised no warning.
 
-Only `mkdocs serve` reads the cache (`read=True`). `mkdocs build` renders every page itself, so the strict
-build CI runs sees every page converted and every warning raised; it writes the entries (`read=False`), so
-the first `./dev.sh serve` after `./dev.sh site` starts from them. A page read from the cache raises no
-warnings of its own in the served preview; it raised them when it was rendered. Entries of all but the
-newest STATES_KEPT site states (configuration, file list, code) are removed. KERNEL_LAB_PAGE_CACHE=off turns
-the cache off; =read makes `mkdocs build` read it too.
+Only `mkdocs serve` reads the cache (`read=True`). `mkdocs build` renders every page itself; it writes the
+entries (`read=False`), so the first `./dev.sh serve` after `./dev.sh site` starts from them.
+KERNEL_LAB_PAGE_CACHE=off turns the cache off; =read makes `mkdocs build` read it too (the tests' build of
+the site does, after `./dev.sh site` converted every page). Entries of all but the newest STATES_KEPT site
+states (configuration, file list, code) are removed.
 """
 
 from __future__ import annotations
@@ -135,9 +137,27 @@ def _cached_render(self: Page, config, files) -> None:
         return _original_render(self, config, files)
     if _state["read"] and _load(self, entry, files):
         return None
-    _original_render(self, config, files)
-    _keep(self, entry)
+    warnings = _Warnings()
+    mkdocs_log = logging.getLogger("mkdocs")
+    mkdocs_log.addHandler(warnings)
+    try:
+        _original_render(self, config, files)
+    finally:
+        mkdocs_log.removeHandler(warnings)
+    if not warnings.seen:  # a page that warned is converted again, and warns again, on every build
+        _keep(self, entry)
     return None
+
+
+class _Warnings(logging.Handler):
+    """Notes whether MkDocs logged a warning or an error (what `--strict` counts) while a page converted."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.seen = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen = True
 
 
 def _load(page: Page, entry: Path, files) -> bool:

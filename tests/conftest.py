@@ -44,7 +44,7 @@ def _hands_out_tests_only(config) -> bool:
 
 
 def _speed_up_the_interpreter() -> None:
-    """Three things Triton 3.6's interpreter works out again and again, worked out once or only when asked; what
+    """Five things Triton 3.6's interpreter works out again and again, worked out once or only when asked; what
     each kernel computes is unchanged (tests/test_suite_setup.py holds each to what the interpreter does alone).
 
     * At every call of a @triton.jit helper it re-patches triton.language, listing every member of the
@@ -52,12 +52,18 @@ def _speed_up_the_interpreter() -> None:
       test's time. Which members are builtins never changes, so they are listed here, once, while the language
       is as Triton made it (no kernel has run yet); each call then patches those of them that are still
       builtins, exactly what the full listing would find.
+    * Inside a launch, the patching at every call of a helper changes nothing whenever the launch has already
+      patched the language modules the helper sees (triton.language, triton.language.core): the launch patched
+      every builtin of them, nothing inside a launch puts one back, and the rest of the patching sets the same
+      stateless replacements again. Such a call skips it: a tenth of an interpreter test's time. A helper
+      that sees a module the launch did not patch is patched as before.
     * Every value it touches asks which numpy dtype holds its Triton type, and each answer built a table of
       nineteen types first. The answer is a function of the element type alone (a block's is its element's,
       every pointer's is uint64): each is kept.
     * Every tensor it makes builds a tuple of its shape, and every such tuple names its type in a string
       (language.core.tuple), which almost nothing reads. The type is made when it is first read, from the
-      same values (a tuple given its type keeps it, as before)."""
+      same values (a tuple given its type keeps it, as before).
+    * Every block type it makes checks its shape and writes its name; both are kept per shape (below)."""
     import inspect
 
     import triton
@@ -99,7 +105,36 @@ def _speed_up_the_interpreter() -> None:
     _get_np_dtype.uncached = np_dtype
     interpreter._get_np_dtype = _get_np_dtype
 
+    patch_lang, launch = interpreter._patch_lang, interpreter.GridExecutor.__call__
+    patched: list[set[int]] = []  # per launch in progress (innermost last): the language modules it patched
+
+    def _languages(fn) -> set[int]:
+        # what _patch_lang looks for among the function's globals (modules compare by identity)
+        return {id(lang) for lang in (tl, tl.core) if any(value is lang for value in fn.__globals__.values())}
+
+    def _patch_lang(fn):
+        languages = _languages(fn)
+        if patched and patched[-1] and languages <= patched[-1]:
+            _patch_lang.skipped += 1
+            return interpreter._LangPatchScope()  # a helper inside a launch that patched all it sees
+        scope = patch_lang(fn)
+        if patched:
+            patched[-1] |= languages
+        return scope
+
+    def __call__(self, *args, **kwargs):
+        patched.append(set())
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            patched.pop()
+
+    _patch_lang.unskipped, _patch_lang.patched, _patch_lang.skipped = patch_lang, patched, 0  # for the tests
+    interpreter._patch_lang = _patch_lang
+    interpreter.GridExecutor.__call__ = __call__
+
     core = tl.core
+    _speed_up_block_types(core)
     expected = ("    def __init__(self, args: Sequence, type: Optional[tuple_type] = None):\n"
                 "        self.values = [i for i in args]\n"
                 "        if isinstance(type, tuple_type):\n"
@@ -130,6 +165,54 @@ def _speed_up_the_interpreter() -> None:
     __init__.replaced = core.tuple.__init__
     core.tuple.__init__ = __init__
     core.tuple.type = TypeWhenRead()
+
+
+def _speed_up_block_types(core) -> None:
+    """A block type (language.core.block_type) checks and names its shape each time one is made, and the
+    interpreter makes one for nearly every value: the checks and the name's shape part are kept per shape of
+    plain ints (each type still gets its own shape tuple); any other shape is made as before."""
+    import builtins
+    import inspect
+
+    expected = ("    def __init__(self, element_ty: dtype, shape: List):\n"
+                "        self.element_ty = element_ty\n"
+                "\n"
+                "        # Note that block_type's shape is a list of int\n"
+                "        # while tensor's shape is a list of constexpr.\n"
+                "        assert (isinstance(shape, (list, tuple)))\n"
+                "\n"
+                "        # shape can be empty ([]) when an input is a 0D tensor.\n"
+                "        self.shape = tuple(_unwrap_shape(shape))\n"
+                "        if not self.shape:\n"
+                "            raise TypeError('0d block_type is forbidden')\n"
+                "\n"
+                "        self.numel = validate_block_shape(self.shape)\n"
+                "        self.name = f'<{self.shape}, {self.element_ty}>'\n")
+    if inspect.getsource(core.block_type.__init__) != expected:
+        return  # not the constructor this replaces
+    made = core.block_type.__init__
+    checked: dict[tuple, tuple[int, str]] = {}  # shape -> (numel, the shape as the name shows it)
+
+    def __init__(self, element_ty, shape):
+        kind = type(shape)
+        values = shape if kind is list else shape.values if kind is core.tuple else None
+        ints = values is not None and builtins.tuple(
+            v.value if type(v) is core.constexpr else v for v in values)
+        if not ints or any(type(v) is not int for v in ints):
+            return made(self, element_ty, shape)
+        known = checked.get(ints)
+        if known is None:
+            made(self, element_ty, shape)  # checks it, or raises as before
+            known = checked[ints] = (self.numel, str(self.shape))
+            return None
+        self.element_ty = element_ty
+        self.shape = core.tuple(ints)
+        self.numel = known[0]
+        self.name = f"<{known[1]}, {element_ty}>"
+        return None
+
+    __init__.replaced = made
+    core.block_type.__init__ = __init__
 
 
 @pytest.fixture

@@ -92,3 +92,124 @@ def test_a_tuple_reads_the_type_it_was_given_or_would_have_been():
     changed._setitem(core.constexpr(0), 7)
     before._setitem(core.constexpr(0), 7)
     assert changed.type.name == before.type.name == core._type_for_tuple_values([7, 2]).name
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter runs only without CUDA")
+def test_a_helper_inside_a_launch_skips_only_patching_that_would_change_nothing(monkeypatch):
+    import types
+
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    unskipped = getattr(interpreter._patch_lang, "unskipped", None)
+    if triton.__version__ == "3.6.0":
+        assert unskipped is not None, "Triton 3.6's _patch_lang is the one conftest wraps"
+    if unskipped is None:
+        pytest.skip("this Triton's interpreter patches as Triton made it")
+
+    # _patch_lang reads only the function's globals: which of triton.language and triton.language.core it sees.
+    def seeing(**modules):
+        return types.FunctionType((lambda: None).__code__, dict(modules))
+
+    sees_tl, sees_both = seeing(tl=tl), seeing(tl=tl, core=tl.core)
+
+    # What a helper's patching changes once its launch has patched the same language: only what the launch
+    # changed already (no builtin is left to replace; the rest is set again to the same stateless functions).
+    # A helper that also sees triton.language.core changes more.
+    launch = unskipped(sees_tl)
+    try:
+        done = {(id(obj), name) for obj, name, _ in launch._changes}
+        for helper, more in ((sees_tl, False), (sees_both, True)):
+            again = unskipped(helper)
+            changed = {(id(obj), name) for obj, name, _ in again._changes}
+            again.restore()
+            assert changed and bool(changed - done) == more, helper.__globals__.keys()
+    finally:
+        launch.restore()
+
+    # The wrapper skips a helper only inside a launch that patched every language module the helper sees.
+    patched = interpreter._patch_lang.patched
+    assert patched == [], "no launch in progress between tests"
+    outside = interpreter._patch_lang(sees_tl)
+    assert outside._changes, "outside a launch: patched"
+    outside.restore()
+    patched.append({id(tl)})
+    try:
+        assert interpreter._patch_lang(sees_tl)._changes == [], "sees only what the launch patched: skipped"
+        scope = interpreter._patch_lang(sees_both)
+        assert scope._changes and patched[-1] == {id(tl), id(tl.core)}, "sees triton.language.core too: patched"
+        assert interpreter._patch_lang(sees_both)._changes == [], "and from then on skipped"
+        scope.restore()
+    finally:
+        patched.pop()
+
+    # And a launch with a helper computes the same bits either way; with the wrapper, each program's call of the
+    # helper skipped the patching.
+    x = torch.linspace(-3, 3, 100, dtype=torch.float32)
+    wrapper, outs = interpreter._patch_lang, []
+    for patch_lang in (wrapper, unskipped):
+        monkeypatch.setattr(interpreter, "_patch_lang", patch_lang)
+        skipped = wrapper.skipped
+        y = torch.full_like(x, float("nan"))
+        _add_helper_kernel[(2,)](x, y, x.numel(), BLOCK=64)
+        outs.append(y)
+        assert wrapper.skipped - skipped == (2 if patch_lang is wrapper else 0)
+    assert torch.equal(outs[0], outs[1]) and not outs[0].isnan().any()
+    torch.testing.assert_close(outs[0], 0.5 * torch.exp(x) + x, rtol=1e-6, atol=1e-6)
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # a kernel for the test above; the interpreter runs it on the CPU
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _scaled_exp(x):
+        return 0.5 * tl.exp(x)
+
+    @triton.jit
+    def _add_helper_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offsets < n
+        x = tl.load(x_ptr + offsets, mask=mask)
+        tl.store(y_ptr + offsets, _scaled_exp(x) + x, mask=mask)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter runs only without CUDA")
+def test_a_block_type_is_made_as_triton_makes_it_or_refused_alike():
+    import triton
+    import triton.language as tl
+
+    core = tl.core
+    replaced = getattr(core.block_type.__init__, "replaced", None)
+    if triton.__version__ == "3.6.0":
+        assert replaced is not None, "Triton 3.6's block_type constructor is the one conftest speeds up"
+    if replaced is None:
+        pytest.skip("this Triton's block_type is as Triton made it")
+
+    def eager(element_ty, shape):
+        made = core.block_type.__new__(core.block_type)
+        replaced(made, element_ty, shape)
+        return made
+
+    def made(make, element_ty, shape):
+        try:
+            t = make(element_ty, shape)
+        except Exception as exc:  # noqa: BLE001 - refused: by the same exception, saying the same
+            return type(exc), str(exc)
+        assert type(t.shape) is core.tuple
+        return t.element_ty, list(t.shape), t.numel, t.name, str(t), t
+
+    shapes = [[16], [16, 32], [1, 64, 2], core.tuple([8, 4]), [core.constexpr(32), 2], core.tuple([core.constexpr(2)]),
+              [0, 4], [True, 2], [], [3], [2.0], (4, 4), [1 << 21], [core.constexpr(3)]]
+    for element_ty in (tl.float32, tl.bfloat16, tl.int1, tl.pointer_type(tl.float16)):
+        for shape in shapes:
+            for _ in range(2):  # checked, then known
+                fast, before = made(core.block_type, element_ty, shape), made(eager, element_ty, shape)
+                if len(before) == 2:  # refused
+                    assert fast == before, (element_ty, shape)
+                else:
+                    assert fast[:-1] == before[:-1], (element_ty, shape)
+                    assert fast[-1] == before[-1] and fast[-1].shape is not before[-1].shape
+    a, b = core.block_type(tl.float32, [4, 4]), core.block_type(tl.float32, [4, 4])
+    assert a.shape is not b.shape, "each type its own shape"

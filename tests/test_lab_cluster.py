@@ -186,6 +186,9 @@ def ray_session():
         # The workers import the fixture experiments by name, and run kernels through the interpreter.
         patch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(FIXTURES), os.environ.get("PYTHONPATH")) if p))
         patch.setenv("TRITON_INTERPRET", "1")
+        # Ray starts idle Python workers ahead of the first task; every worker here is an actor on a GPU, which
+        # gets a process of its own, so those would start for nothing (2-3 CPU seconds on 2 cores).
+        patch.setenv("RAY_prestart_worker_first_driver", "0")
         connection = cluster.connect(None, num_cpus=4, num_gpus=2, object_store_memory=100 * 2**20)
     assert connection.owned and ray.cluster_resources()["GPU"] == 2
     yield ray

@@ -13,9 +13,11 @@ import pytest
 
 # Under `-n N` each worker computes on one thread: N workers already fill N cores, and torch's and OpenBLAS's
 # own threads only spin waiting for each other (15% more CPU time for the same interpreter tests on 2 cores).
-# Set before torch and numpy load, which read these once.
+# Likewise torch.compile compiles in the worker itself: a pool of compile processes, each importing torch, cost
+# each worker that compiles about 5 CPU seconds more (2 cores). Set before torch and numpy load, which read
+# these once.
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
         os.environ.setdefault(_threads, "1")
 
 HAS_CUDA = False  # both set in pytest_configure, before test modules import them

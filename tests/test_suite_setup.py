@@ -36,6 +36,10 @@ def test_a_worker_computes_on_one_thread():
     if not os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("OMP_NUM_THREADS") != "1":
         pytest.skip("only pytest-xdist's workers are held to one thread, unless OMP_NUM_THREADS says otherwise")
     assert torch.get_num_threads() == 1
+    if os.environ.get("TORCHINDUCTOR_COMPILE_THREADS") == "1":
+        from torch._inductor import config
+
+        assert config.compile_threads == 1, "torch.compile compiles in the worker, with no pool of processes"
 
 
 def test_the_set_up_the_tests_import_is_the_one_pytest_configured():

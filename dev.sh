@@ -3,7 +3,7 @@
 #
 #   ./dev.sh site      build the site from the recorded evidence into site/ (on a GPU machine, first refresh
 #                      the evidence that is missing or stale for that GPU)
-#   ./dev.sh test      run the whole test suite (CPU: Triton's interpreter; browser tests in headless Chromium)
+#   ./dev.sh test      run the whole test suite (CPU: Triton's interpreter; browser tests in Chromium's headless shell)
 #   ./dev.sh serve     mkdocs serve with live reload, for authors: after the first build only the pages whose
 #                      source changed are rebuilt (--dirty; a new page or a changed nav shows fully after a
 #                      restart, or with `./dev.sh serve --full`); the evidence pages re-render beside the server
@@ -44,14 +44,15 @@ setup() {
     "$PY" tools/vendor_assets.py
 }
 
+# The browser tests run Chromium's headless shell (tests/test_site_browser.py says why).
 ensure_chromium() {
-    [ -x /usr/bin/chromium ] && return 0
+    [ -x /usr/bin/chromium-headless-shell ] && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "dev.sh: installing Debian's chromium for the browser tests"
+        echo "dev.sh: installing Debian's chromium-headless-shell for the browser tests"
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell fonts-dejavu-core >/dev/null
     else
-        echo "dev.sh: /usr/bin/chromium is missing; install Debian's 'chromium' package (as root)" >&2
+        echo "dev.sh: /usr/bin/chromium-headless-shell is missing; install Debian's 'chromium-headless-shell' package (as root)" >&2
         return 1
     fi
 }

@@ -119,6 +119,11 @@ def browser():
         b.close()
 
 
+# How often a wait asks the page whether it is ready, in ms. Playwright's default asks on every animation frame,
+# which has the browser draw a frame for each question: at 20 ms the 112 visits of `observed` took 71 s instead
+# of 84 (one process, 2 cores).
+POLL_MS = 20
+
 # True once every formula on the page is typeset (at once on a page without math).
 TYPESET = """() => Array.from(document.querySelectorAll(".arithmatex")).every((el) => el.querySelector(".katex, .katex-error"))"""
 
@@ -174,7 +179,7 @@ class Visit:
         (or 15 s, after which the untypeset formulas are what the checks see)."""
         response = self.page.goto(self.base + path, wait_until="load")
         try:
-            self.page.wait_for_function(TYPESET, timeout=15_000)
+            self.page.wait_for_function(TYPESET, timeout=15_000, polling=POLL_MS)
         except PlaywrightTimeout:
             pass
         return response
@@ -186,7 +191,7 @@ class Visit:
         target = self.base + path
         self.page.evaluate(FOLLOW, target)
         try:
-            self.page.wait_for_function(ARRIVED, arg=target, timeout=30_000)
+            self.page.wait_for_function(ARRIVED, arg=target, timeout=30_000, polling=POLL_MS)
         except PlaywrightTimeout:
             self.goto(path)
             return False

@@ -285,18 +285,27 @@ def _panel_grid(cases: int) -> tuple[int, int]:
     return -(-cases // columns), columns
 
 
+def _segments(ax, y: float, height: float, spans, **style) -> None:
+    """Bars in one row as one collection: spans (left, width) drawn with `style` (facecolors: one a span). One
+    artist a row instead of one a bar: the decoder block's figures hold thousands of bars, and each bar as its
+    own patch cost more to build and to key (lab.publish.svg_cache) than the rest of the render's figures."""
+    if spans:
+        ax.broken_barh(spans, (y - height / 2, height), **style)
+
+
 def _gpu_time_bar(ax, y: float, height: float, result, colours) -> bool:
     """The call on the GPU-time clock: its ops' kernels, the gaps between kernels, the host's wait where the
     record has no eager-call breakdown, and the median; True where that wait was drawn."""
-    left = 0.0
+    left, spans = 0.0, []
     for op in result.breakdown["ops"]:
-        ax.barh(y, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=height)
+        spans.append((left, op["ms"] * 1e3))
         left += op["ms"] * 1e3
+    _segments(ax, y, height, spans, facecolors=[colours[op["op"]] for op in result.breakdown["ops"]])
     gap = result.breakdown["gap_ms"] * 1e3
-    ax.barh(y, gap, left=left, color=GAP_COLOUR, hatch="//", edgecolor="#868e96", height=height, linewidth=0)
+    _segments(ax, y, height, [(left, gap)], facecolors=GAP_COLOUR, hatch="//", edgecolor="#868e96", linewidth=0)
     wait = _host_wait_ms(result) if _eager(result) is None else None
     if wait:
-        ax.barh(y, wait * 1e3, left=left + gap, color="white", hatch="..", edgecolor=HOST_EDGE, height=height)
+        _segments(ax, y, height, [(left + gap, wait * 1e3)], facecolors="white", hatch="..", edgecolor=HOST_EDGE)
     ax.plot([result.p50_ms * 1e3] * 2, [y - 0.55 * height, y + 0.55 * height], color="#212529", linewidth=1.8)
     return bool(wait)
 
@@ -305,13 +314,15 @@ def _eager_bar(ax, y: float, height: float, result, colours) -> None:
     """The call on the eager-call clock: the host's gap before its first kernel, then per op the GPU's idle
     time before its kernels and their time; the eager-call median marked (dashed)."""
     eager = _eager(result)
-    ax.barh(y, eager["lead_ms"] * 1e3, color="white", hatch="xx", edgecolor=HOST_EDGE, height=height)
-    left = eager["lead_ms"] * 1e3
+    _segments(ax, y, height, [(0.0, eager["lead_ms"] * 1e3)], facecolors="white", hatch="xx", edgecolor=HOST_EDGE)
+    left, gaps, kernels = eager["lead_ms"] * 1e3, [], []
     for op in eager["ops"]:
-        ax.barh(y, op["gap_ms"] * 1e3, left=left, color="white", hatch="..", edgecolor=HOST_EDGE, height=height)
+        gaps.append((left, op["gap_ms"] * 1e3))
         left += op["gap_ms"] * 1e3
-        ax.barh(y, op["ms"] * 1e3, left=left, color=colours[op["op"]], height=height)
+        kernels.append((left, op["ms"] * 1e3))
         left += op["ms"] * 1e3
+    _segments(ax, y, height, gaps, facecolors="white", hatch="..", edgecolor=HOST_EDGE)
+    _segments(ax, y, height, kernels, facecolors=[colours[op["op"]] for op in eager["ops"]])
     if result.eager is not None and result.eager.p50_ms is not None:
         ax.plot([result.eager.p50_ms * 1e3] * 2, [y - 0.55 * height, y + 0.55 * height], color="#212529",
                 linewidth=1.8, linestyle=(0, (2, 1.5)))
@@ -373,6 +384,7 @@ def render_breakdown_plot(experiment: Experiment, run: RunRecord, dtype: str, gp
                             _eager_bar(ax, row + BAR / 2, BAR, result, colours)
                     else:
                         _gpu_time_bar(ax, row, 0.6, result, colours)
+                ax.set_xlim(left=0)  # every bar starts at 0: no margin before it (bars made it sticky)
                 ax.set_title(plain(point.case), fontsize=STYLE["font.size"])
                 ax.xaxis.set_major_locator(MaxNLocator(4))
                 ax.xaxis.set_major_formatter(number_format())

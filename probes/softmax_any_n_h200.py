@@ -85,20 +85,26 @@ def split_plans(m: int, n: int, dtype: torch.dtype) -> list[tuple[str, SoftmaxPl
     return out
 
 
+def _forward_of(x: torch.Tensor):
+    """(auto plan, SMs, run): the auto plan of x's rows on this GPU, and run(plan), a callable writing the lab's
+    forward of x under `plan` into one output."""
+    sms = device_sms()
+    y = torch.empty_like(x)
+    auto = plan_softmax(*x.shape, x.dtype, "auto", True, "forward", sms=sms)
+    return auto, sms, lambda plan: lambda: softmax_fwd(x, plan, out=y)
+
+
 def round19_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
     """(name, callable) for one input: the auto plan, the pipelined grid's settings, the split-row settings."""
     m, n = x.shape
-    sms = device_sms()
-    y = torch.empty_like(x)
-    auto = plan_softmax(m, n, x.dtype, "auto", True, "forward", sms=sms)
-    out = [("lab:auto", lambda: softmax_fwd(x, auto, out=y))]
-    out += [(f"lab:{name}", lambda p=plan: softmax_fwd(x, p, out=y))
-            for name, plan in pipelined_plans(m, n, x.dtype, sms) if plan != auto]
+    auto, sms, run = _forward_of(x)
+    out = [("lab:auto", run(auto))]
+    out += [(f"lab:{name}", run(plan)) for name, plan in pipelined_plans(m, n, x.dtype, sms) if plan != auto]
     for name, plan, cap in split_plans(m, n, x.dtype):
         if cap:
             out.append((f"lab:{name}", deferred(lambda x, p=plan, c=cap: lab_capped(x, p, c))(x)))
         elif plan != auto:
-            out.append((f"lab:{name}", lambda p=plan: softmax_fwd(x, p, out=y)))
+            out.append((f"lab:{name}", run(plan)))
     return out
 
 
@@ -115,13 +121,11 @@ ROUND20_PER_SM = (2, 3, 4)
 
 def round20_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
     """(name, callable): the auto plan, and its pipelined grid at each programs an SM of ROUND20_PER_SM."""
-    m, n = x.shape
-    sms = device_sms()
-    y = torch.empty_like(x)
-    auto = plan_softmax(m, n, x.dtype, "auto", True, "forward", sms=sms)
-    out = [("lab:auto", lambda: softmax_fwd(x, auto, out=y))]
+    m = x.shape[0]
+    auto, sms, run = _forward_of(x)
+    out = [("lab:auto", run(auto))]
     if auto.stages > 1:
-        out += [(f"lab:pipe/x{k}", lambda p=dataclasses.replace(auto, grid=min(m, k * sms)): softmax_fwd(x, p, out=y))
+        out += [(f"lab:pipe/x{k}", run(dataclasses.replace(auto, grid=min(m, k * sms))))
                 for k in ROUND20_PER_SM if min(m, k * sms) != auto.grid]
     return out
 

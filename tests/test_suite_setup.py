@@ -67,17 +67,25 @@ def test_the_numpy_dtype_kept_for_a_triton_type_is_the_one_it_would_work_out():
         interpreter._get_np_dtype(tl.void)
 
 
+def _replaced_constructor(cls):
+    """Triton's own constructor of `cls` (a triton.language.core class) that conftest replaced: there on Triton
+    3.6, which conftest was written against; elsewhere the test skips, as conftest leaves the class alone."""
+    import triton
+
+    replaced = getattr(cls.__init__, "replaced", None)
+    if triton.__version__ == "3.6.0":
+        assert replaced is not None, f"Triton 3.6's {cls.__name__} constructor is the one conftest replaces"
+    if replaced is None:
+        pytest.skip(f"this Triton's {cls.__name__} is as Triton made it")
+    return replaced
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter runs only without CUDA")
 def test_a_tuple_reads_the_type_it_was_given_or_would_have_been():
-    import triton
     import triton.language as tl
 
     core = tl.core
-    replaced = getattr(core.tuple.__init__, "replaced", None)
-    if triton.__version__ == "3.6.0":
-        assert replaced is not None, "Triton 3.6's tuple constructor is the one conftest replaces"
-    if replaced is None:
-        pytest.skip("this Triton's tuple is as Triton made it")
+    replaced = _replaced_constructor(core.tuple)
 
     def eager(values, type=None):
         made = core.tuple.__new__(core.tuple)
@@ -181,15 +189,10 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # a kernel for the test above; th
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the interpreter runs only without CUDA")
 def test_a_block_type_is_made_as_triton_makes_it_or_refused_alike():
-    import triton
     import triton.language as tl
 
     core = tl.core
-    replaced = getattr(core.block_type.__init__, "replaced", None)
-    if triton.__version__ == "3.6.0":
-        assert replaced is not None, "Triton 3.6's block_type constructor is the one conftest speeds up"
-    if replaced is None:
-        pytest.skip("this Triton's block_type is as Triton made it")
+    replaced = _replaced_constructor(core.block_type)
 
     def eager(element_ty, shape):
         made = core.block_type.__new__(core.block_type)

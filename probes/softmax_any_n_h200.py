@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.softmax import softmax_fwd  # noqa: E402
-from kernels.softmax_plan import SoftmaxPlan, device_sms, plan_softmax  # noqa: E402
+from kernels.softmax_plan import MAX_SPLITS, SoftmaxPlan, device_sms, plan_softmax  # noqa: E402
 from probes.harness import deferred, lab_capped, run_rounds, time_forward_shapes  # noqa: E402
 
 QUESTION = ("On the H200, does any setting of the lab's own kernels (stages and programs an SM on the pipelined "
@@ -51,10 +51,9 @@ SPLIT_SETTINGS = ((4096, 4), (8192, 4), (8192, 8), (16384, 8), (16384, 16))
 SPLIT_CAPS = (80, 64)
 
 
-def pipelined_plans(m: int, n: int, dtype: torch.dtype, sms: int) -> list[tuple[str, SoftmaxPlan]]:
-    """The pipelined grid on the auto plan's head and tail (or a 16,384 head where the row fits one), at every
-    stages x programs an SM x warps of this round."""
-    auto = plan_softmax(m, n, dtype, "auto", True, "forward", sms=sms)
+def pipelined_plans(auto: SoftmaxPlan, m: int, sms: int) -> list[tuple[str, SoftmaxPlan]]:
+    """The pipelined grid on the `auto` plan's head and tail (or a 16,384 head where the row fits one), for m
+    rows on sms SMs, at every stages x programs an SM x warps of this round."""
     if auto.impl != "single_block":
         return []
     head, tail = auto.block_n, auto.tail_n
@@ -70,16 +69,15 @@ def pipelined_plans(m: int, n: int, dtype: torch.dtype, sms: int) -> list[tuple[
     return out
 
 
-def split_plans(m: int, n: int, dtype: torch.dtype) -> list[tuple[str, SoftmaxPlan, int]]:
-    """(name, plan, register cap or 0): split rows at every slice and warps of this round, where the row takes
-    two slices or more."""
-    edges = n % 16 != 0  # rows back to back: the cut plan_softmax makes (kernels/softmax_plan.py)
+def split_plans(auto: SoftmaxPlan, m: int, n: int) -> list[tuple[str, SoftmaxPlan, int]]:
+    """(name, plan, register cap or 0): split rows of m x n at every slice and warps of this round, where the
+    row takes two slices or more, cut at 16-byte boundaries as the `auto` plan is."""
     out = []
     for block, warps in SPLIT_SETTINGS:
         splits = -(-n // block)
-        if splits < 2 or splits > 64:
+        if splits < 2 or splits > MAX_SPLITS:
             continue
-        plan = SoftmaxPlan("split_row", block, 1, warps, m * splits, splits, edges=edges)
+        plan = SoftmaxPlan("split_row", block, 1, warps, m * splits, splits, edges=auto.edges)
         out.append((f"split/b{block}w{warps}", plan, 0))
         out += [(f"split/b{block}w{warps}-r{cap}", plan, cap) for cap in SPLIT_CAPS]
     return out
@@ -99,8 +97,8 @@ def round19_candidates(x: torch.Tensor) -> list[tuple[str, object]]:
     m, n = x.shape
     auto, sms, run = _forward_of(x)
     out = [("lab:auto", run(auto))]
-    out += [(f"lab:{name}", run(plan)) for name, plan in pipelined_plans(m, n, x.dtype, sms) if plan != auto]
-    for name, plan, cap in split_plans(m, n, x.dtype):
+    out += [(f"lab:{name}", run(plan)) for name, plan in pipelined_plans(auto, m, sms) if plan != auto]
+    for name, plan, cap in split_plans(auto, m, n):
         if cap:
             out.append((f"lab:{name}", deferred(lambda x, p=plan, c=cap: lab_capped(x, p, c))(x)))
         elif plan != auto:

@@ -42,7 +42,7 @@ LAB_SOURCES = ("kernels/decoder_block.py", "kernels/reference_decoder.py", "kern
                "kernels/rmsnorm_linear.py",
                "kernels/rmsnorm_gemv.py", "kernels/_rmsnorm_linear_tiled.py", "kernels/_gemv.py",
                "kernels/attention.py", "kernels/attention_kernels.py", "kernels/attention_gluon.py", "kernels/attention_choice.py",
-               "kernels/attention_bwd_gluon.py", "kernels/attention_bwd_q_gluon.py",
+               "kernels/attention_bwd_gluon.py", "kernels/attention_bwd_q_gluon.py", "kernels/_gluon_host.py",
                "kernels/add_rmsnorm.py", "kernels/swiglu.py", "kernels/_launch.py",
                "kernels/_checks.py")
 QUANT_SOURCES = LAB_SOURCES + ("kernels/dequant_linear.py", "kernels/int4_gluon.py", "kernels/quantize.py")

@@ -19,14 +19,15 @@ loads at G = 128, a warp reads 1 KB in a row) and, shifted by 4(2h + i), a word'
 bits 0-3 and 16-19: the two halves of register (h, i).
 
 Maths. One LOP3 a register: (w >> 4(2h + i)) & 0x000F000F | 0x43004300 is two bfloat16 128 + u (float16:
-0x6400, 1024 + u), exact; three shifts and four LOP3 a word of eight weights. The MMA takes v = 128 + u =
-q + 136 unchanged, and a second MMA on the same x with a constant operand of -136 (exact) removes the offset
-inside the fp32 accumulator: P = sum_k (v - 136) x = sum_k q x. Per group, in fp32:
+0x6400, 1024 + u), exact, and one packed subtract of 136 (float16: 1032) leaves the pair q = u - 8, exact; three
+shifts, four LOP3 and four subtracts a word of eight weights. Per group, in fp32:
 
-    y_nm += s_ng * P_nm,      P = (V_g - 136) x_g^T   (two MMA chains, K = G each)
+    y_nm += s_ng * P_nm,      P = Q_g x_g^T   (one MMA chain, K = G)
 
 The product is exact q * x rather than bf16(q * s) * x (the scale applies to the fp32 partial, as the
-Triton kernel's one-group-a-step form does); the cancellation costs about 2^-24 * 136 * sum |x| a group.
+Triton kernel's one-group-a-step form does). The offset was first removed by a second MMA on the same x with a
+constant -136 operand; on the ALU it costs four HADD2 a word where the MMA doubled the tensor-core work, and
+the kernel runs 1.05-1.13x faster at one row (notes/dequant-linear.md, "int4 at one row").
 
 Split-K: SPLIT programs share a tile (the smallest power of two giving PROGRAMS_PER_SM programs an SM);
 each leaves its fp32 partial [BLOCK_N, M] in a workspace and the last to arrive sums them in the order
@@ -55,6 +56,8 @@ ROWS = gl.constexpr(BLOCK_ROWS)
 MAX_M = 64  # rows one launch holds (MP = 64: 208 registers a thread at one group a chunk, no spills)
 # (magic bits of two 128 + u or 1024 + u, the value of v - q)
 _MAGIC = {torch.bfloat16: (0x43004300, 136.0), torch.float16: (0x64006400, 1032.0)}
+# (v - q for each half of a pair, the packed subtract): the offset taken off on the ALU
+_OFFSET = {torch.bfloat16: (0x43084308, "sub.rn.bf16x2"), torch.float16: (0x64086408, "sub.rn.f16x2")}
 _GL = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
@@ -80,12 +83,32 @@ def _unpack(w, DT: gl.constexpr, MAGIC_BITS: gl.constexpr):
 
 
 @gluon.jit
-def _operand(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr):
-    # w: int32 [T, G/16], thread tau's own words -> V [BLOCK_N, G] in the MMA's register layout. Joins,
-    # reshapes and permutes only rename registers: (tau = 32w + 4r + t, word c, nibble 4p + 2h + i) ->
-    # (16w + 8h + r, 16c + 8i + 2t + p); the final conversion is checked trivial.
+def _unpack_q(w, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, OFFSET_BITS: gl.constexpr, SUB: gl.constexpr):
+    # As _unpack, each pair then less (v - q, v - q) by one packed subtract: eight 16-bit q = u - 8, exact.
+    asm: gl.constexpr = ("{\n.reg .b32 t, v, c;\n"
+                         f"mov.b32 c, {OFFSET_BITS:#x};\n"
+                         f"lop3.b32 v, $8, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\n{SUB} v, v, c;\nmov.b32 {{$0, $1}}, v;\n"
+                         "shr.b32 t, $8, 4;\n"
+                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\n{SUB} v, v, c;\nmov.b32 {{$2, $3}}, v;\n"
+                         "shr.b32 t, $8, 8;\n"
+                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\n{SUB} v, v, c;\nmov.b32 {{$4, $5}}, v;\n"
+                         "shr.b32 t, $8, 12;\n"
+                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\n{SUB} v, v, c;\nmov.b32 {{$6, $7}}, v;\n}}")
+    return gl.inline_asm_elementwise(asm, "=h,=h,=h,=h,=h,=h,=h,=h,r", [w], dtype=(DT.value, ) * 8, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
+def _operand(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr,
+             OFFSET_BITS: gl.constexpr = 0, SUB: gl.constexpr = ""):
+    # w: int32 [T, G/16], thread tau's own words -> V [BLOCK_N, G] in the MMA's register layout (128 + u, or q
+    # where OFFSET_BITS is given). Joins, reshapes and permutes only rename registers: (tau = 32w + 4r + t,
+    # word c, nibble 4p + 2h + i) -> (16w + 8h + r, 16c + 8i + 2t + p); the final conversion is checked trivial.
     T: gl.constexpr = w.shape[0]
-    o0, o1, o2, o3, o4, o5, o6, o7 = _unpack(w, DT, MAGIC_BITS)
+    if OFFSET_BITS:
+        o0, o1, o2, o3, o4, o5, o6, o7 = _unpack_q(w, DT, MAGIC_BITS, OFFSET_BITS, SUB)
+    else:
+        o0, o1, o2, o3, o4, o5, o6, o7 = _unpack(w, DT, MAGIC_BITS)
     v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
     v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])  # (w, r, t, c, p, i, h)
     v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))  # (w, h, r, c, i, t, p)
@@ -96,7 +119,7 @@ def _operand(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constex
 @gluon.jit
 def _int4_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_sn, stride_ym,
                       G: gl.constexpr, GPC: gl.constexpr, WG: gl.constexpr, MP: gl.constexpr, SPLIT: gl.constexpr,
-                      MAGIC_BITS: gl.constexpr, MAGIC: gl.constexpr):
+                      MAGIC_BITS: gl.constexpr, OFFSET_BITS: gl.constexpr, SUB: gl.constexpr):
     T: gl.constexpr = 128 * WG  # threads
     BLOCK_N: gl.constexpr = ROWS * WG
     GB: gl.constexpr = 128 * G // 16  # words of one group of one 64-row block
@@ -142,7 +165,6 @@ def _int4_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K, 
         xb = xb + (gl.load(x_ptrs + g * G, mask=x_mask, other=0.0), )
     y = gl.zeros([BLOCK_N, MP], gl.float32, acc_layout)
     zero = gl.zeros([BLOCK_N, MP], gl.float32, acc_layout)
-    offset = gl.full([BLOCK_N, G], -MAGIC, DT, a_layout)  # v - q, exact in x's dtype
     for i in range(n_iter):
         nxt = gl.minimum(i + 1, n_iter - 1) * GPC
         wn = (gl.load(w_ptrs + nxt * GB), )
@@ -157,10 +179,8 @@ def _int4_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K, 
         gl.thread_barrier()
         for g in gl.static_range(GPC):
             s = gl.load(s_ptrs + (i * GPC + g), mask=rows < N, other=0.0).to(gl.float32)
-            a = _operand(wb[g], a_layout, DT, MAGIC_BITS, G)
-            x_g = x_smem.index(g).permute((1, 0))
-            p = warpgroup_mma(a, x_g, zero, use_acc=False)
-            p = warpgroup_mma(offset, x_g, p)  # - 136 sum_k x_mk, on the tensor cores
+            a = _operand(wb[g], a_layout, DT, MAGIC_BITS, G, OFFSET_BITS, SUB)
+            p = warpgroup_mma(a, x_smem.index(g).permute((1, 0)), zero, use_acc=False)
             y += s[:, None] * p
         wb = wn
         xb = xn
@@ -265,6 +285,14 @@ def unprepack_int4(packed: Int4Prepacked) -> tuple[torch.Tensor, torch.Tensor]:
 # N = 14336, M = 1, against 22.3 with 4 groups (183 registers); 2 programs an SM beat 4 at every N.
 GPC_CHOICES = (2, 1)
 MAX_K_PER_CHUNK = 256  # 64 bytes a thread in flight beside the chunk in use
+# At MP = 8 (M <= 8), with the offset taken off on the ALU: one group a chunk (64 registers, 8 programs an SM
+# fit) and at least NARROW_PROGRAMS_PER_SM programs an SM. Measured (graph clock, K = 4096, M = 1, N = 4096 /
+# 12288 / 14336 / 11007; notes/probes/2026-11-27-h*-int4-gemv-fma-*.json): 8.00 / 12.51 / 13.61 / 12.56 us on
+# an H200 against two groups at two programs an SM 8.34 / 13.16 / 14.88 / 13.07, and 8.63 / 14.51 / 16.29 /
+# 14.06 against 8.95 / 14.96 / 16.62 / 14.28 on an H100. A split giving 3.4 programs an SM (N = 14336) ran as
+# slowly as two; 5.2-6.8 ran fastest; 7.8 (N = 4096) and 10.4 (N = 11007) were slower again.
+NARROW_GPC = 1
+NARROW_PROGRAMS_PER_SM = 3.5
 PROGRAMS_PER_SM = 2  # split-K: the smallest power of two giving at least this many programs an SM ...
 WIDE_PROGRAMS_PER_SM = 1  # ... and from MP = 32, where each split's fp32 partial [BLOCK_N, MP] costs more:
 # measured (H100, graph clock, K = 4096) at M = 64 one program an SM took 38.8 / 39.1 / 38.2 / 17.8 us at
@@ -280,14 +308,14 @@ def plan_int4_gluon(n_rows: int, n_cols: int, n_features: int, group_size: int, 
     n_groups = n_features // group_size
     mp = max(8, triton.next_power_of_2(n_rows))
     if gpc is None:  # at MP = 64 two groups a chunk need 255 registers and spill (compiled for sm_90a): one
-        choices = GPC_CHOICES if mp <= 32 else (1,)
+        choices = (NARROW_GPC, ) if mp == 8 else GPC_CHOICES if mp <= 32 else (1, )
         gpc = next(c for c in choices if n_groups % c == 0 and c * group_size <= max(MAX_K_PER_CHUNK, group_size))
     if n_groups % gpc:
         raise ValueError(f"int4_linear_gluon: {gpc} groups a chunk do not divide K/G = {n_groups}.")
     wg = wg or WARPGROUPS
     n_tiles = triton.cdiv(n_cols, BLOCK_ROWS * wg)
     chunks, split = n_groups // gpc, 1
-    per_sm = per_sm or (PROGRAMS_PER_SM if mp <= 16 else WIDE_PROGRAMS_PER_SM)
+    per_sm = per_sm or (NARROW_PROGRAMS_PER_SM if mp == 8 else PROGRAMS_PER_SM if mp <= 16 else WIDE_PROGRAMS_PER_SM)
     while n_tiles * split < per_sm * sm_count and chunks % (2 * split) == 0:
         split *= 2
     return dict(G=group_size, GPC=gpc, WG=wg, MP=mp, SPLIT=split, num_warps=4 * wg)
@@ -338,10 +366,11 @@ def int4_linear_gluon(x: torch.Tensor, packed: Int4Prepacked, group_size: int, o
         part, counts = workspace(n_tiles * meta["SPLIT"] * block_n * meta["MP"], n_tiles, x.device)
     else:
         part, counts = out, out
-    magic_bits, magic = _MAGIC[x.dtype]
+    offset_bits, sub = _OFFSET[x.dtype]
     _int4_gemv_kernel[(n_tiles * meta["SPLIT"], )](
         x, packed.weight.view(torch.int32), packed.scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0),
-        packed.scales.stride(0), out.stride(0), MAGIC_BITS=magic_bits, MAGIC=magic, **meta)
+        packed.scales.stride(0), out.stride(0), MAGIC_BITS=_MAGIC[x.dtype][0], OFFSET_BITS=offset_bits, SUB=sub,
+        **meta)
     return out
 
 
@@ -389,8 +418,8 @@ def compile_for_sm90(n_rows: int = 1, dtype: torch.dtype = torch.bfloat16, group
 
     meta = plan_int4_gluon(n_rows, n_cols, n_features, group_size, gpc, wg)
     num_warps = meta.pop("num_warps")
-    magic_bits, magic = _MAGIC[dtype]
-    constexprs = dict(meta, MAGIC_BITS=magic_bits, MAGIC=magic)
+    offset_bits, sub = _OFFSET[dtype]
+    constexprs = dict(meta, MAGIC_BITS=_MAGIC[dtype][0], OFFSET_BITS=offset_bits, SUB=sub)
     t = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
     signature = {"x_ptr": t, "w_ptr": "*i32", "s_ptr": t, "y_ptr": t, "part_ptr": "*fp32", "count_ptr": "*i32",
                  "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_sn": "i32", "stride_ym": "i32"}

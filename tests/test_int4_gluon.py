@@ -74,9 +74,12 @@ def test_rejects_what_it_does_not_serve():
 
 
 def test_plan_divides_the_groups():
-    assert ig.plan_int4_gluon(1, 4096, 4096, 128)["GPC"] == 2
+    # up to 8 rows: one group a chunk, the smallest split giving at least 3.5 programs an SM (462 of 132)
+    assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["GPC"] for m in (1, 8, 9)] == [1, 1, 2]
     assert ig.plan_int4_gluon(1, 4096, 4096, 128, sm_count=132)["SPLIT"] == 8  # 64 tiles: 512 programs
-    assert ig.plan_int4_gluon(1, 14336, 4096, 128, sm_count=132)["SPLIT"] == 2  # 224 tiles: 448
+    assert ig.plan_int4_gluon(1, 14336, 4096, 128, sm_count=132)["SPLIT"] == 4  # 224 tiles: 896, not 448
+    assert ig.plan_int4_gluon(1, 12288, 4096, 128, sm_count=132)["SPLIT"] == 4  # 192 tiles: 768, not 384
+    assert ig.plan_int4_gluon(9, 14336, 4096, 128, sm_count=132)["SPLIT"] == 2  # from 9 rows two an SM: 448
     assert ig.plan_int4_gluon(1, 4096, 384, 128) == dict(G=128, GPC=1, WG=1, MP=8, SPLIT=1, num_warps=4)
     assert ig.plan_int4_gluon(9, 4096, 4096, 128)["MP"] == 16
     assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["MP"] for m in (17, 32, 33, 64)] == [32, 32, 64, 64]

@@ -1,0 +1,388 @@
+"""GPU probe: kernels/int4_gluon.py's one-row int4 GEMV with the offset on the ALU, and what else moves it.
+
+    python probes/int4_gemv_alu.py OUT_DIR [--ns 4096,14336] [--only alu,deep]
+
+"alu" is the Gluon kernel of kernels/int4_gluon.py as it stood before these rounds (two groups a chunk, two
+programs an SM, the offset -136 sum x removed by a second MMA a group) at M = 1, with that second MMA replaced by
+one packed subtract a bf16x2 pair of the unpacked words (exact: q = (128 + u) - 136). The variants:
+
+- "deep cC pP dD": x staged in shared memory once for the program's groups, and the weight words and scales of
+  D chunks in flight ahead of the chunk in use (round int4-alu-1);
+- "xsum cC pP": the words unpacked to 128 + u as before, and 136 * sum_k x (each group's sum, worked out once a
+  program) taken off each group's product instead of the packed subtracts (round int4-alu-2);
+- "alu cC pP": C groups a chunk, the split aimed at P programs an SM (round int4-alu-2);
+- "read p8": the prepacked words read once by a kernel that does nothing else, eight programs an SM.
+
+"plan" is kernels/int4_gluon.py's plan at the commit the probe runs (these rounds ran at 1c232d3: the form
+above with the offset on the tensor cores). K = 4096, bfloat16, G = 128, M = 1; N in 4096, 12288, 14336, 11007;
+graph clock, weights rotated past L2 (checks/decode_probe.py). Writes OUT_DIR/int4_gemv_alu.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from checks.decode_probe import copy_ceiling_gbs, graph_us, n_copies, rel_err  # noqa: E402
+from kernels import int4_gluon as ig  # noqa: E402
+from kernels._gemv import device_sm_count, workspace  # noqa: E402
+from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
+
+QUESTION = ("With the offset taken off on the ALU, what else brings the one-row int4 GEMV nearer its weight-read "
+            "floor: more bytes in flight, the offset as a sum of x, fewer groups a chunk, more programs an SM?")
+CANDIDATES = ("the plan", "alu", "deep: x once, 1-4 chunks in flight", "xsum", "alu at 1-2 groups a chunk and 2-6 "
+              "programs an SM", "a bare read")
+SHAPES = "K = 4096, N in 4096, 12288, 14336, 11007, M = 1, bfloat16, G = 128"
+OUTPUTS = {"int4-alu-1": ("notes/probes/2026-11-27-h200-int4-gemv-fma-2.json",),
+           "int4-alu-2": ("notes/probes/2026-11-27-h200-int4-gemv-fma-3.json",
+                          "notes/probes/2026-11-27-h100-int4-gemv-fma-3.json")}
+
+K, GROUP, BF16 = 4096, 128, torch.bfloat16
+NS = (4096, 12288, 14336, 11007)
+DEEP_VARIANTS = ((2, 2, 1), (2, 2, 2), (2, 2, 3), (1, 2, 4), (2, 3, 2), (2, 1, 3), (2, 1, 4))  # (C, P, D)
+XSUM_VARIANTS = ((2, 2), (1, 2), (2, 3), (1, 3), (1, 4))  # (groups a chunk, programs an SM)
+ALU_VARIANTS = ((1, 2), (2, 3), (1, 3), (1, 4), (1, 6))
+
+
+@gluon.jit
+def _operand_plain(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr):
+    # kernels/int4_gluon.py's operand without the offset taken off: V = 128 + u (float16: 1024 + u), the MMA's
+    # register layout (the joins, reshapes and permutes only rename registers).
+    T: gl.constexpr = w.shape[0]
+    o0, o1, o2, o3, o4, o5, o6, o7 = ig._unpack(w, DT, MAGIC_BITS)
+    v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
+    v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])
+    v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))
+    v = gl.reshape(v, [T // 2, G])
+    return gl.convert_layout(v, a_layout, assert_trivial=True)
+
+
+@gluon.jit
+def _operand_alu(w, a_layout: gl.constexpr, G: gl.constexpr):
+    # As ig._operand for bfloat16, each pair's 136 subtracted on the ALU: q = u - 8 exact.
+    asm: gl.constexpr = ("{\n.reg .b32 t, v, c;\nmov.b32 c, 0x43084308;\n"
+                         "lop3.b32 v, $8, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\nmov.b32 {$0, $1}, v;\n"
+                         "shr.b32 t, $8, 4;\nlop3.b32 v, t, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\n"
+                         "mov.b32 {$2, $3}, v;\n"
+                         "shr.b32 t, $8, 8;\nlop3.b32 v, t, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\n"
+                         "mov.b32 {$4, $5}, v;\n"
+                         "shr.b32 t, $8, 12;\nlop3.b32 v, t, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\n"
+                         "mov.b32 {$6, $7}, v;\n}")
+    T: gl.constexpr = w.shape[0]
+    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(asm, "=h,=h,=h,=h,=h,=h,=h,=h,r", [w],
+                                                               dtype=(gl.bfloat16, ) * 8, is_pure=True, pack=1)
+    v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
+    v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])
+    v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))
+    v = gl.reshape(v, [T // 2, G])
+    return gl.convert_layout(v, a_layout, assert_trivial=True)
+
+
+@gluon.jit
+def _int4_gemv_alu_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, K, stride_sn, G: gl.constexpr,
+                          GPC: gl.constexpr, SPLIT: gl.constexpr, XSUM: gl.constexpr = False, NG: gl.constexpr = 1):
+    # kernels/int4_gluon.py's _int4_gemv_kernel at M = 1 (MP = 8, one warpgroup), one MMA a group. XSUM: the
+    # words unpacked to 128 + u as the plan does, and 136 * sum_k x (each of the program's NG groups' sums, worked
+    # out once into shared memory) taken off each group's product instead.
+    MP: gl.constexpr = 8
+    GB: gl.constexpr = 128 * G // 16
+    DT: gl.constexpr = x_ptr.dtype.element_ty
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, MP, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    b_layout: gl.constexpr = gl.BlockedLayout([1, G // 16], [32, 1], [4, 1], [1, 0])
+    x_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (G // 8), G // 8], [4, 1], [1, 0])
+    x_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([MP, G], DT)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    pid = gl.program_id(0)
+    tile = pid // SPLIT
+    split = pid % SPLIT
+    n_groups = K // G
+    n_iter = n_groups // (SPLIT * GPC)
+    g0 = split * n_iter * GPC
+    tau = gl.arange(0, 128, layout=gl.SliceLayout(1, b_layout))
+    offs_b = gl.arange(0, G // 16, layout=gl.SliceLayout(0, b_layout))
+    w_ptrs = w_ptr + ((tile.to(gl.int64) * n_groups + g0) * GB + tau * (G // 16))[:, None] + offs_b[None, :]
+    xm = gl.arange(0, MP, layout=gl.SliceLayout(1, x_layout))
+    xk = gl.arange(0, G, layout=gl.SliceLayout(0, x_layout))
+    x_ptrs = x_ptr + (xm * 0)[:, None] + (g0 * G + xk)[None, :]
+    x_mask = (xm < 1)[:, None]
+    rows = tile * 64 + gl.arange(0, 64, layout=row_layout)
+    s_ptrs = s_ptr + rows.to(gl.int64) * stride_sn + g0
+    x_smem = gl.allocate_shared_memory(DT, [GPC, MP, G], x_smem_layout)
+    wb = (gl.load(w_ptrs), )
+    xb = (gl.load(x_ptrs, mask=x_mask, other=0.0), )
+    for g in gl.static_range(1, GPC):
+        wb = wb + (gl.load(w_ptrs + g * GB), )
+        xb = xb + (gl.load(x_ptrs + g * G, mask=x_mask, other=0.0), )
+    y = gl.zeros([64, MP], gl.float32, acc_layout)
+    zero = gl.zeros([64, MP], gl.float32, acc_layout)
+    cols = gl.arange(0, MP, layout=col_layout)
+    if XSUM:
+        xs_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        sq = gl.arange(0, NG, layout=gl.SliceLayout(1, xs_layout))
+        sk = gl.arange(0, G, layout=gl.SliceLayout(0, xs_layout))
+        xsum = gl.sum(gl.load(x_ptr + g0 * G + sq[:, None] * G + sk[None, :]).to(gl.float32), axis=1)
+        xsum = gl.where(gl.arange(0, MP, layout=gl.SliceLayout(0, xs_layout))[None, :] == 0, xsum[:, None], 0.0)
+        xs_smem = gl.allocate_shared_memory(gl.float32, [NG, MP], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]),
+                                            (136.0 * xsum))._reinterpret(
+                                                gl.float32, [NG, MP], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    for i in range(n_iter):
+        nxt = gl.minimum(i + 1, n_iter - 1) * GPC
+        wn = (gl.load(w_ptrs + nxt * GB), )
+        xn = (gl.load(x_ptrs + nxt * G, mask=x_mask, other=0.0), )
+        for g in gl.static_range(1, GPC):
+            wn = wn + (gl.load(w_ptrs + (nxt + g) * GB), )
+            xn = xn + (gl.load(x_ptrs + (nxt + g) * G, mask=x_mask, other=0.0), )
+        gl.thread_barrier()
+        for g in gl.static_range(GPC):
+            x_smem.index(g).store(xb[g])
+        fence_async_shared()
+        gl.thread_barrier()
+        for g in gl.static_range(GPC):
+            s = gl.load(s_ptrs + (i * GPC + g)).to(gl.float32)
+            if XSUM:
+                a = _operand_plain(wb[g], a_layout, DT, 0x43004300, G)
+                p = warpgroup_mma(a, x_smem.index(g).permute((1, 0)), zero, use_acc=False)
+                y += s[:, None] * (p - xs_smem.index(i * GPC + g).load(col_layout)[None, :])
+            else:
+                a = _operand_alu(wb[g], a_layout, G)
+                p = warpgroup_mma(a, x_smem.index(g).permute((1, 0)), zero, use_acc=False)
+                y += s[:, None] * p
+        wb = wn
+        xb = xn
+    col_in = (cols < 1)[None, :]
+    is_last = True
+    if SPLIT > 1:
+        base = part_ptr + tile.to(gl.int64) * (SPLIT * 64 * MP)
+        offs = gl.arange(0, 64, layout=row_layout)[:, None] * MP + cols[None, :]
+        gl.store(base + split * (64 * MP) + offs, y, mask=col_in)
+        gl.thread_barrier()
+        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+        is_last = arrived == SPLIT - 1
+        if is_last:
+            y = gl.zeros([64, MP], gl.float32, acc_layout)
+            for j in range(SPLIT):
+                y += gl.load(base + j * (64 * MP) + offs, mask=col_in, other=0.0, cache_modifier=".cg")
+            gl.atomic_xchg(count_ptr + tile, 0)
+    if is_last:
+        gl.store(y_ptr + cols[None, :] * 0 + rows[:, None], y.to(y_ptr.dtype.element_ty), mask=col_in & (rows < N)[:, None])
+
+
+def int4_gemv_alu(x, packed, out=None, gpc=2, per_sm=2, xsum=False):
+    """The plan's kernel at M = 1 with the offset subtracted on the ALU (bfloat16 only), or (xsum) taken off each
+    group's product as 136 * sum_k x."""
+    n, kk = packed.n_cols, packed.n_features
+    meta = ig.plan_int4_gluon(1, n, kk, GROUP, gpc=gpc, per_sm=per_sm, sm_count=device_sm_count(x.device))
+    split, n_tiles = meta["SPLIT"], triton.cdiv(n, 64)
+    out = torch.empty((1, n), dtype=x.dtype, device=x.device) if out is None else out
+    part, counts = workspace(n_tiles * split * 64 * 8, n_tiles, x.device) if split > 1 else (out, out)
+    _int4_gemv_alu_kernel[(n_tiles * split, )](x, packed.weight.view(torch.int32), packed.scales, out, part, counts, n,
+                                               kk, packed.scales.stride(0), G=GROUP, GPC=gpc, SPLIT=split, XSUM=xsum,
+                                               NG=kk // GROUP // split, num_warps=4)
+    return out
+
+
+@gluon.jit
+def _int4_gemv_deep_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, K, stride_sn, G: gl.constexpr,
+                           GPC: gl.constexpr, SPLIT: gl.constexpr, NG: gl.constexpr, DEPTH: gl.constexpr):
+    # The "alu" kernel with x staged in shared memory once for the program's NG groups (no barrier in the loop)
+    # and the weight words and scales of DEPTH chunks in flight ahead of the chunk in use.
+    MP: gl.constexpr = 8
+    GB: gl.constexpr = 128 * G // 16
+    DT: gl.constexpr = x_ptr.dtype.element_ty
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, MP, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    b_layout: gl.constexpr = gl.BlockedLayout([1, G // 16], [32, 1], [4, 1], [1, 0])
+    x_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (G // 8), G // 8], [4, 1], [1, 0])
+    x_smem_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([MP, G], DT)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, acc_layout)
+    n_iter: gl.constexpr = NG // GPC
+    pid = gl.program_id(0)
+    tile = pid // SPLIT
+    split = pid % SPLIT
+    n_groups = K // G
+    g0 = split * NG
+    tau = gl.arange(0, 128, layout=gl.SliceLayout(1, b_layout))
+    offs_b = gl.arange(0, G // 16, layout=gl.SliceLayout(0, b_layout))
+    w_ptrs = w_ptr + ((tile.to(gl.int64) * n_groups + g0) * GB + tau * (G // 16))[:, None] + offs_b[None, :]
+    rows = tile * 64 + gl.arange(0, 64, layout=row_layout)
+    s_ptrs = s_ptr + rows.to(gl.int64) * stride_sn + g0
+    wb = ()
+    sb = ()
+    for d in gl.static_range(DEPTH):
+        for g in gl.static_range(GPC):
+            wb = wb + (gl.load(w_ptrs + (min(d, n_iter - 1) * GPC + g) * GB), )
+            sb = sb + (gl.load(s_ptrs + (min(d, n_iter - 1) * GPC + g)), )
+    # x of all NG groups (a store a group: each is followed by a barrier, which the timings include)
+    xm = gl.arange(0, MP, layout=gl.SliceLayout(1, x_layout))
+    xk = gl.arange(0, G, layout=gl.SliceLayout(0, x_layout))
+    x_ptrs = x_ptr + (xm * 0)[:, None] + (g0 * G + xk)[None, :]
+    x_mask = (xm < 1)[:, None]
+    x_smem = gl.allocate_shared_memory(DT, [NG, MP, G], x_smem_layout)
+    for q in gl.static_range(NG):
+        x_smem.index(q).store(gl.load(x_ptrs + q * G, mask=x_mask, other=0.0))
+    fence_async_shared()
+    gl.thread_barrier()
+    y = gl.zeros([64, MP], gl.float32, acc_layout)
+    zero = gl.zeros([64, MP], gl.float32, acc_layout)
+    for i in range(n_iter):
+        nxt = gl.minimum(i + DEPTH, n_iter - 1) * GPC
+        wn = ()
+        sn = ()
+        for g in gl.static_range(GPC):
+            wn = wn + (gl.load(w_ptrs + (nxt + g) * GB), )
+            sn = sn + (gl.load(s_ptrs + (nxt + g)), )
+        for g in gl.static_range(GPC):
+            a = _operand_alu(wb[g], a_layout, G)
+            p = warpgroup_mma(a, x_smem.index(i * GPC + g).permute((1, 0)), zero, use_acc=False)
+            y += sb[g].to(gl.float32)[:, None] * p
+        wr = ()
+        sr = ()
+        for j in gl.static_range(GPC, DEPTH * GPC):
+            wr = wr + (wb[j], )
+            sr = sr + (sb[j], )
+        wb = wr + wn
+        sb = sr + sn
+    cols = gl.arange(0, MP, layout=col_layout)
+    col_in = (cols < 1)[None, :]
+    is_last = True
+    if SPLIT > 1:
+        base = part_ptr + tile.to(gl.int64) * (SPLIT * 64 * MP)
+        offs = gl.arange(0, 64, layout=row_layout)[:, None] * MP + cols[None, :]
+        gl.store(base + split * (64 * MP) + offs, y, mask=col_in)
+        gl.thread_barrier()
+        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+        is_last = arrived == SPLIT - 1
+        if is_last:
+            y = gl.zeros([64, MP], gl.float32, acc_layout)
+            for j in range(SPLIT):
+                y += gl.load(base + j * (64 * MP) + offs, mask=col_in, other=0.0, cache_modifier=".cg")
+            gl.atomic_xchg(count_ptr + tile, 0)
+    if is_last:
+        gl.store(y_ptr + cols[None, :] * 0 + rows[:, None], y.to(y_ptr.dtype.element_ty), mask=col_in & (rows < N)[:, None])
+
+
+def int4_gemv_deep(x, packed, out=None, gpc=2, per_sm=2, depth=2):
+    """The "alu" kernel with x staged once and `depth` chunks of words and scales in flight."""
+    n, kk = packed.n_cols, packed.n_features
+    meta = ig.plan_int4_gluon(1, n, kk, GROUP, gpc=gpc, per_sm=per_sm, sm_count=device_sm_count(x.device))
+    split, n_tiles = meta["SPLIT"], triton.cdiv(n, 64)
+    out = torch.empty((1, n), dtype=x.dtype, device=x.device) if out is None else out
+    part, counts = workspace(n_tiles * split * 64 * 8, n_tiles, x.device) if split > 1 else (out, out)
+    _int4_gemv_deep_kernel[(n_tiles * split, )](x, packed.weight.view(torch.int32), packed.scales, out, part, counts,
+                                                n, kk, packed.scales.stride(0), G=GROUP, GPC=gpc, SPLIT=split,
+                                                NG=kk // GROUP // split, DEPTH=depth, num_warps=4)
+    return out
+
+
+@triton.jit
+def _read_kernel(w_ptr, out_ptr, n_words, PER_PROGRAM: tl.constexpr, BLOCK: tl.constexpr):
+    # Each program xors its contiguous run of words into one word (so the loads cannot be dropped).
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    start = pid.to(tl.int64) * PER_PROGRAM
+    for i in range(0, PER_PROGRAM, BLOCK):
+        idx = start + i + offs
+        acc ^= tl.load(w_ptr + idx, mask=idx < n_words, other=0)
+    tl.store(out_ptr + pid, tl.reduce(acc, 0, _xor))
+
+
+@triton.jit
+def _xor(a, b):
+    return a ^ b
+
+
+def bare_read(words, out, per_sm):
+    n = words.numel()
+    programs = per_sm * device_sm_count(words.device)
+    per = triton.cdiv(triton.cdiv(n, programs), 1024) * 1024
+    _read_kernel[(triton.cdiv(n, per), )](words, out, n, PER_PROGRAM=per, BLOCK=1024, num_warps=4)
+
+
+def measure(out_path: Path, ns, candidates, only=()) -> int:
+    """Time every candidate (name, fn(x, packed, out=None), checked) at M = 1 for each N: graph clock, weights
+    rotated past L2; checked candidates' outputs against float64, into NaN-filled buffers. Writes out_path."""
+    ceiling = copy_ceiling_gbs()
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+              "copy_ceiling_gbs": round(ceiling, 1), "K": K, "group": GROUP, "M": 1, "rows": [], "failures": []}
+    print(f"{result['device']}: copy ceiling {ceiling:.0f} GB/s", flush=True)
+    for n in ns:
+        floor = (n * K // 2 + 2 * n * (K // GROUP)) / ceiling / 1e3
+        w = (torch.randn(n, K, device="cuda") / K**0.5).to(BF16)
+        p, s = quantize_int4(w, GROUP)
+        ref = dequantize_int4(p, s, GROUP, BF16).double()
+        packs = [ig.prepack_int4(p, s, GROUP)]
+        packs += [ig.Int4Prepacked(packs[0].weight.clone(), packs[0].scales.clone(), n, K, GROUP)
+                  for _ in range(n_copies(n * K // 2) - 1)]
+        x = torch.randn(1, K, device="cuda").to(BF16)
+        want = x.double() @ ref.t()
+        for name, fn, checked in candidates:
+            if only and not name.startswith(tuple(only)):
+                continue
+            row = {"provider": name, "N": n, "floor_us": round(floor, 2)}
+            try:
+                if checked:
+                    y = fn(x, packs[0], torch.full((1, n), float("nan"), dtype=BF16, device="cuda"))
+                    row["rel_err"] = rel_err(y, want)
+                    if not row["rel_err"] < 1e-2:
+                        result["failures"].append(f"{name} N={n}: rel_err {row['rel_err']:.3g}")
+                row["us"] = round(graph_us(fn, [(x, pk) for pk in packs]), 2)
+                row["us_again"] = round(graph_us(fn, [(x, pk) for pk in packs]), 2)
+                row["pct_floor"] = round(100 * floor / min(row["us"], row["us_again"]), 1)
+            except Exception as exc:  # noqa: BLE001 - recorded, the probe goes on
+                row["error"] = f"{type(exc).__name__}: {str(exc)[-400:]}"
+                traceback.print_exc()
+            result["rows"].append(row)
+            print(f"N={n:>6} {name:<16} " + (f"{row['us']:7.2f} / {row['us_again']:7.2f} us {row['pct_floor']:5.1f}% "
+                                            f"err {row.get('rel_err', float('nan')):.2e}" if "us" in row else
+                                            row.get("error", "")[:200]), flush=True)
+            out_path.write_text(json.dumps(result, indent=1))
+        del packs
+        torch.cuda.empty_cache()
+    print("failures:", result["failures"] or "none")
+    return 1 if result["failures"] else 0
+
+
+def arguments(doc: str):
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("out_dir")
+    ap.add_argument("--ns", default=",".join(map(str, NS)))
+    ap.add_argument("--only", default="", help="comma-separated name prefixes of the candidates to run (all: empty)")
+    return ap
+
+
+def main() -> int:
+    args = arguments(__doc__).parse_args()
+    sink = torch.zeros(1 << 16, dtype=torch.int32, device="cuda")
+    cands = [("plan", lambda x, w, y=None: ig.int4_linear_gluon(x, w, GROUP, y), True),
+             ("alu", lambda x, w, y=None: int4_gemv_alu(x, w, y), True)]
+    cands += [(f"xsum c{c} p{ps}", lambda x, w, y=None, c=c, ps=ps: int4_gemv_alu(x, w, y, c, ps, True), True)
+              for c, ps in XSUM_VARIANTS]
+    cands += [(f"alu c{c} p{ps}", lambda x, w, y=None, c=c, ps=ps: int4_gemv_alu(x, w, y, c, ps), True)
+              for c, ps in ALU_VARIANTS]
+    cands += [(f"deep c{c} p{ps} d{d}", lambda x, w, y=None, c=c, ps=ps, d=d: int4_gemv_deep(x, w, y, c, ps, d), True)
+              for c, ps, d in DEEP_VARIANTS]
+    cands += [("read p8", lambda x, w: bare_read(w.weight.view(torch.int32), sink, 8), False)]
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return measure(out / "int4_gemv_alu.json", [int(v) for v in args.ns.split(",")], cands,
+                   [v for v in args.only.split(",") if v])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

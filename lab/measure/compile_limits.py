@@ -32,7 +32,7 @@ def _extras(points: int) -> dict[str, int]:
 
 def _add(config, extras: dict[str, int]) -> None:
     for name, extra in extras.items():
-        if hasattr(config, name):  # older torch names the first one cache_size_limit and lacks the second
+        if hasattr(config, name):  # a torch that names them otherwise (cache_size_limit) is left as it is
             setattr(config, name, getattr(config, name) + extra)
 
 

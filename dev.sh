@@ -69,6 +69,11 @@ case "$job" in
     test)
         setup
         ensure_chromium
+        # Byte-compile the project once (written whatever PYTHONDONTWRITEBYTECODE says; up to date, a no-op), so
+        # neither the workers nor the Pythons the tests start (Ray workers, renders, builds) compile it again each.
+        # Test modules are left out: pytest compiles them with its assertion rewriting, into a cache of its own. A
+        # file that does not compile is left for pytest to report.
+        "$PY" -m compileall -q -x '(^|/)(test_[^/]*|conftest)\.py$' lab kernels experiments probes tools checks tests || true
         "$PY" -m pytest -n "${KERNEL_LAB_TEST_WORKERS:-2}" "$@"
         ;;
     serve)

@@ -6,6 +6,11 @@ record must say "cpu-interpreter: not performance evidence"; on a GPU the same t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
@@ -215,6 +220,59 @@ def test_compile_limits_cover_every_point_of_every_run_in_one_process():
         before = config.recompile_limit
         allow_a_compile_per_point(2)
         assert config.recompile_limit >= before + 2, "never lowered"
+
+
+def test_compile_limits_granted_before_dynamo_loads_are_added_as_it_loads(tmp_path, monkeypatch):
+    # A process that has not imported torch._dynamo keeps the grants and adds them when its configuration module
+    # finishes loading, before anything can compile; here a stand-in module plays that part.
+    from lab.measure import compile_limits
+
+    (tmp_path / "fake_dynamo_config.py").write_text("recompile_limit = 8\naccumulated_recompile_limit = 256\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(compile_limits, "CONFIG", "fake_dynamo_config")
+    monkeypatch.setattr(compile_limits, "_loaded", False)
+    monkeypatch.setattr(compile_limits, "_pending", {})
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    monkeypatch.delitem(sys.modules, "fake_dynamo_config", raising=False)
+    compile_limits.allow_a_compile_per_point(20)
+    compile_limits.allow_a_compile_per_point(98)
+    assert "fake_dynamo_config" not in sys.modules
+    assert compile_limits.granted_before_import() == {"recompile_limit": 28 + 106,
+                                                      "accumulated_recompile_limit": 8 * 118 + 2 * 256}
+    import fake_dynamo_config as config
+
+    assert (config.recompile_limit, config.accumulated_recompile_limit) == (8 + 28 + 106, 256 + 8 * 118 + 2 * 256)
+    assert compile_limits.granted_before_import() == {}
+    compile_limits.allow_a_compile_per_point(2)  # once loaded, at once
+    assert config.recompile_limit == 8 + 28 + 106 + 10
+
+
+GRANT_THEN_IMPORT = """
+import json, sys
+from lab.measure.runner import allow_a_compile_per_point
+allow_a_compile_per_point(20)
+allow_a_compile_per_point(98)
+before = "torch._dynamo" in sys.modules
+import torch._dynamo
+config = torch._dynamo.config
+print(json.dumps({"before": before, **{name: [getattr(config, name), config._config[name].default]
+                                       for name in ("recompile_limit", "accumulated_recompile_limit")}}))
+"""
+
+
+def test_torch_dynamo_is_imported_only_to_compile_and_then_gets_every_grant():
+    # The runner imports no torch._dynamo (2.4 CPU seconds) for a run that compiles nothing; torch.compile's
+    # first import of it gets every grant made before.
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", GRANT_THEN_IMPORT], capture_output=True, text=True, timeout=300,
+                          env=env, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["before"] is False
+    limit, default = seen["recompile_limit"]
+    assert limit == default + 28 + 106
+    limit, default = seen["accumulated_recompile_limit"]
+    assert limit == default + 8 * 118 + 2 * 256
 
 
 @pytest.mark.parametrize("change, message", [

@@ -46,6 +46,7 @@ from lab.evidence.records import (
 from lab.evidence.stats import summarize
 from lab.evidence.store import write_record
 from lab.measure.breakdown import measure_breakdown
+from lab.measure.compile_limits import allow_a_compile_per_point
 from lab.measure.eager import (
     CPU_EAGER,
     GPU_EAGER,
@@ -317,23 +318,6 @@ def check_device(device: str) -> None:
             raise RuntimeError("running on the CPU needs TRITON_INTERPRET=1 (Triton's interpreter) set before start")
     else:
         raise ValueError(f"device {device!r}: accepted devices are 'cuda', 'cuda:N' and 'cpu'")
-
-
-def allow_a_compile_per_point(points: int) -> None:
-    """Let torch.compile profiles compile one graph per case and dtype without falling back to eager.
-
-    The compiled references use dynamic=False, so each shape is its own graph. Past dynamo's recompile
-    limit (8 by default) a compiled function silently runs eager PyTorch instead, and a profile named
-    torch.compile would be timing something else. The compiled references are cached for the whole process,
-    so one process running several experiments keeps compiling into the same functions: each run raises the
-    limits by its own number of points, on top of what earlier runs were granted.
-    """
-    import torch._dynamo
-
-    config = torch._dynamo.config
-    for name, extra in (("recompile_limit", points + 8), ("accumulated_recompile_limit", 8 * points + 256)):
-        if hasattr(config, name):
-            setattr(config, name, getattr(config, name) + extra)
 
 
 def run_experiment(

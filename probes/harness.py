@@ -1,5 +1,5 @@
 """What every probe shares: the header and writer of its JSON output, the two clocks it times on, the softmax
-shape machinery the any-N rounds reuse, and the compiler's reading of a kernel's registers.
+shape machinery the any-N rounds reuse, the compiler's reading of a kernel's registers, and the int4 Gluon probes' plain operand.
 
 A probe is a tuning instrument, never evidence: the site's figures come from run records alone. Each probe
 module declares, as module-level data, the question it asks (`QUESTION`), what it times (`CANDIDATES`), at
@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from kernels import int4_gluon
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 1  # of the header probe_header writes; outputs from before it carry none
@@ -370,3 +374,26 @@ def ptxas_registers(compiled, arch: int) -> tuple[int, int]:
                                  str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True, check=True).stderr
     registers = int(re.findall(r"Used (\d+) registers", report)[-1])
     return registers, sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
+
+
+# --------------------------------------------------------------------------------------------------------
+# The int4 Gluon probes: kernels/int4_gluon.py's words as the MMA's register operand
+# --------------------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def int4_arrange(o0, o1, o2, o3, o4, o5, o6, o7, a_layout: gl.constexpr, G: gl.constexpr):
+    # Eight halves of a thread's words -> [BLOCK_N, G] in the MMA's register layout (renames only).
+    T: gl.constexpr = o0.shape[0]
+    v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
+    v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])  # (w, r, t, c, p, i, h)
+    v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))  # (w, h, r, c, i, t, p)
+    v = gl.reshape(v, [T // 2, G])
+    return gl.convert_layout(v, a_layout, assert_trivial=True)
+
+
+@gluon.jit
+def int4_operand_plain(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr):
+    # The words as V = 128 + u (float16: 1024 + u), the offset left to the caller.
+    o0, o1, o2, o3, o4, o5, o6, o7 = int4_gluon._unpack(w, DT, MAGIC_BITS)
+    return int4_arrange(o0, o1, o2, o3, o4, o5, o6, o7, a_layout, G)

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checks.decode_probe import copy_ceiling_gbs, graph_us, n_copies, rel_err  # noqa: E402
 from kernels import int4_gluon as ig  # noqa: E402
+from probes.harness import int4_operand_plain  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
 
@@ -156,16 +157,7 @@ def _int4_gemv_async_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, 
         gl.store(out, y.to(y_ptr.dtype.element_ty), mask=col_in & (rows < N)[:, None])
 
 
-@gluon.jit
-def _operand_async(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr):
-    # The plan's operand as it stood when this probe ran: V = 128 + u, the offset left to a second MMA.
-    T: gl.constexpr = w.shape[0]
-    o0, o1, o2, o3, o4, o5, o6, o7 = ig._unpack(w, DT, MAGIC_BITS)
-    v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
-    v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])
-    v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))
-    v = gl.reshape(v, [T // 2, G])
-    return gl.convert_layout(v, a_layout, assert_trivial=True)
+_operand_async = int4_operand_plain  # the plan's operand as it stood when this probe ran (V = 128 + u)
 
 
 def int4_linear_variant(x, packed, out=None, asynchronous=True, prefetch_scales=False):

@@ -51,6 +51,7 @@ from checks.decode_probe import copy_ceiling_gbs, graph_us, n_copies, rel_err  #
 from kernels import int4_gluon as ig  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
+from probes.harness import int4_arrange, int4_operand_plain  # noqa: E402
 
 QUESTION = ("At one row, what brings the int4 GEMV nearer its weight-read floor: the CUDA cores, the offset off the "
             "tensor cores, more bytes in flight, fewer groups a chunk or more programs an SM, and how close does a "
@@ -202,37 +203,34 @@ def int4_gemv_fma(x, packed, out=None, gpc=2, per_sm=2):
 
 
 @gluon.jit
-def _operand_plain(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr):
-    # kernels/int4_gluon.py's operand without the offset taken off: V = 128 + u (float16: 1024 + u), the MMA's
-    # register layout (the joins, reshapes and permutes only rename registers).
-    T: gl.constexpr = w.shape[0]
-    o0, o1, o2, o3, o4, o5, o6, o7 = ig._unpack(w, DT, MAGIC_BITS)
-    v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
-    v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])
-    v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))
-    v = gl.reshape(v, [T // 2, G])
-    return gl.convert_layout(v, a_layout, assert_trivial=True)
+def _operand_alu(w, a_layout: gl.constexpr, G: gl.constexpr):
+    # The plain operand (bfloat16), each pair's 136 taken off by one packed subtract: Q = u - 8, exact.
+    o0, o1, o2, o3, o4, o5, o6, o7 = ig._unpack_q(w, gl.bfloat16, 0x43004300, 0x43084308, "sub.rn.bf16x2")
+    return int4_arrange(o0, o1, o2, o3, o4, o5, o6, o7, a_layout, G)
 
 
 @gluon.jit
-def _operand_alu(w, a_layout: gl.constexpr, G: gl.constexpr):
-    # As ig._operand for bfloat16, each pair's 136 subtracted on the ALU: q = u - 8 exact.
-    asm: gl.constexpr = ("{\n.reg .b32 t, v, c;\nmov.b32 c, 0x43084308;\n"
-                         "lop3.b32 v, $8, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\nmov.b32 {$0, $1}, v;\n"
-                         "shr.b32 t, $8, 4;\nlop3.b32 v, t, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\n"
-                         "mov.b32 {$2, $3}, v;\n"
-                         "shr.b32 t, $8, 8;\nlop3.b32 v, t, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\n"
-                         "mov.b32 {$4, $5}, v;\n"
-                         "shr.b32 t, $8, 12;\nlop3.b32 v, t, 0x000F000F, 0x43004300, 0xEA;\nsub.rn.bf16x2 v, v, c;\n"
-                         "mov.b32 {$6, $7}, v;\n}")
-    T: gl.constexpr = w.shape[0]
-    o0, o1, o2, o3, o4, o5, o6, o7 = gl.inline_asm_elementwise(asm, "=h,=h,=h,=h,=h,=h,=h,=h,r", [w],
-                                                               dtype=(gl.bfloat16, ) * 8, is_pure=True, pack=1)
-    v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
-    v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])
-    v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))
-    v = gl.reshape(v, [T // 2, G])
-    return gl.convert_layout(v, a_layout, assert_trivial=True)
+def _finish_row(y, y_ptr, part_ptr, count_ptr, tile, split, rows, cols, N, SPLIT: gl.constexpr,
+                acc_layout: gl.constexpr, row_layout: gl.constexpr):
+    # Row 0 of the [64, 8] fp32 partial: this program's share, counted in; the last to arrive sums all splits in
+    # split order and stores y.
+    MP: gl.constexpr = 8
+    col_in = (cols < 1)[None, :]
+    is_last = True
+    if SPLIT > 1:
+        base = part_ptr + tile.to(gl.int64) * (SPLIT * 64 * MP)
+        offs = gl.arange(0, 64, layout=row_layout)[:, None] * MP + cols[None, :]
+        gl.store(base + split * (64 * MP) + offs, y, mask=col_in)
+        gl.thread_barrier()
+        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+        is_last = arrived == SPLIT - 1
+        if is_last:
+            y = gl.zeros([64, MP], gl.float32, acc_layout)
+            for j in range(SPLIT):
+                y += gl.load(base + j * (64 * MP) + offs, mask=col_in, other=0.0, cache_modifier=".cg")
+            gl.atomic_xchg(count_ptr + tile, 0)
+    if is_last:
+        gl.store(y_ptr + cols[None, :] * 0 + rows[:, None], y.to(y_ptr.dtype.element_ty), mask=col_in & (rows < N)[:, None])
 
 
 @gluon.jit
@@ -299,7 +297,7 @@ def _int4_gemv_alu_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, K,
         for g in gl.static_range(GPC):
             s = gl.load(s_ptrs + (i * GPC + g)).to(gl.float32)
             if XSUM:
-                a = _operand_plain(wb[g], a_layout, DT, 0x43004300, G)
+                a = int4_operand_plain(wb[g], a_layout, DT, 0x43004300, G)
                 p = warpgroup_mma(a, x_smem.index(g).permute((1, 0)), zero, use_acc=False)
                 y += s[:, None] * (p - xs_smem.index(i * GPC + g).load(col_layout)[None, :])
             else:
@@ -308,22 +306,7 @@ def _int4_gemv_alu_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, K,
                 y += s[:, None] * p
         wb = wn
         xb = xn
-    col_in = (cols < 1)[None, :]
-    is_last = True
-    if SPLIT > 1:
-        base = part_ptr + tile.to(gl.int64) * (SPLIT * 64 * MP)
-        offs = gl.arange(0, 64, layout=row_layout)[:, None] * MP + cols[None, :]
-        gl.store(base + split * (64 * MP) + offs, y, mask=col_in)
-        gl.thread_barrier()
-        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
-        is_last = arrived == SPLIT - 1
-        if is_last:
-            y = gl.zeros([64, MP], gl.float32, acc_layout)
-            for j in range(SPLIT):
-                y += gl.load(base + j * (64 * MP) + offs, mask=col_in, other=0.0, cache_modifier=".cg")
-            gl.atomic_xchg(count_ptr + tile, 0)
-    if is_last:
-        gl.store(y_ptr + cols[None, :] * 0 + rows[:, None], y.to(y_ptr.dtype.element_ty), mask=col_in & (rows < N)[:, None])
+    _finish_row(y, y_ptr, part_ptr, count_ptr, tile, split, rows, cols, N, SPLIT, acc_layout, row_layout)
 
 
 def int4_gemv_alu(x, packed, out=None, gpc=2, per_sm=2, xsum=False):
@@ -403,22 +386,7 @@ def _int4_gemv_deep_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, K
         wb = wr + wn
         sb = sr + sn
     cols = gl.arange(0, MP, layout=col_layout)
-    col_in = (cols < 1)[None, :]
-    is_last = True
-    if SPLIT > 1:
-        base = part_ptr + tile.to(gl.int64) * (SPLIT * 64 * MP)
-        offs = gl.arange(0, 64, layout=row_layout)[:, None] * MP + cols[None, :]
-        gl.store(base + split * (64 * MP) + offs, y, mask=col_in)
-        gl.thread_barrier()
-        arrived = gl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
-        is_last = arrived == SPLIT - 1
-        if is_last:
-            y = gl.zeros([64, MP], gl.float32, acc_layout)
-            for j in range(SPLIT):
-                y += gl.load(base + j * (64 * MP) + offs, mask=col_in, other=0.0, cache_modifier=".cg")
-            gl.atomic_xchg(count_ptr + tile, 0)
-    if is_last:
-        gl.store(y_ptr + cols[None, :] * 0 + rows[:, None], y.to(y_ptr.dtype.element_ty), mask=col_in & (rows < N)[:, None])
+    _finish_row(y, y_ptr, part_ptr, count_ptr, tile, split, rows, cols, N, SPLIT, acc_layout, row_layout)
 
 
 def int4_gemv_deep(x, packed, out=None, gpc=2, per_sm=2, depth=2):

@@ -1,5 +1,6 @@
 """What every probe shares: the header and writer of its JSON output, the two clocks it times on, the softmax
-shape machinery the any-N rounds reuse, the compiler's reading of a kernel's registers, and the int4 Gluon probes' plain operand.
+shape machinery the any-N rounds reuse, the compiler's reading of a kernel's registers, and the int4 Gluon
+probes' plain operand.
 
 A probe is a tuning instrument, never evidence: the site's figures come from run records alone. Each probe
 module declares, as module-level data, the question it asks (`QUESTION`), what it times (`CANDIDATES`), at

@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checks.decode_probe import copy_ceiling_gbs, graph_us, n_copies, rel_err  # noqa: E402
 from kernels import int4_gluon as ig  # noqa: E402
-from probes.harness import int4_operand_plain  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
+from probes.harness import int4_operand_plain  # noqa: E402
 
 QUESTION = ("Do asynchronous wgmma (one group's products overlapping the next group's unpack), or scales loaded a "
             "chunk ahead with the weights, bring the Gluon int4 GEMV closer to its weight-read floor?")

@@ -104,8 +104,7 @@ def _int4_gemv_fma_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, K,
     RL: gl.constexpr = gl.SliceLayout(1, PL)
     TL: gl.constexpr = gl.SliceLayout(0, PL)
     SL3: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
-    SLX: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])  # the same bytes, read a [4, C] slice at a time
-    SL2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])
+    SL2: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0])  # also x's bytes, read a [4, C] slice at a time
     SLS: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
 
     pid = gl.program_id(0)
@@ -128,7 +127,7 @@ def _int4_gemv_fma_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, N, K,
     gip = gl.arange(0, NG * 4, layout=gl.SliceLayout(1, PL))
     k_st = (((gip // 4) * G + 8 * ((gip // 2) % 2) + gip % 2)[:, None] + 2 * tt[None, :])[:, :, None] + 16 * cc[None, None, :]
     xs = gl.load(x_ptr + g0 * G + k_st).to(gl.float32)
-    x_smem = gl.allocate_shared_memory(gl.float32, [NG * 4, 4, C], SL3, xs)._reinterpret(gl.float32, [NG * 4, 4, C], SLX)
+    x_smem = gl.allocate_shared_memory(gl.float32, [NG * 4, 4, C], SL3, xs)._reinterpret(gl.float32, [NG * 4, 4, C], SL2)
     L2: gl.constexpr = gl.BlockedLayout([1, 1, 4 * C], [8, 4, 1], [4, 1, 1], [2, 1, 0])
     gg = gl.arange(0, NG, layout=gl.SliceLayout(1, gl.SliceLayout(2, L2)))
     t2 = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, L2)))

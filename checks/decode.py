@@ -405,7 +405,7 @@ def main() -> int:
             setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 256))
 
     # Graphs here are replayed one at a time on one stream: split-K launches may share the stream's cached
-    # counters, so the clock does not include the zeroing a captured launch otherwise does in its graph.
+    # counters (the figures in notes/ taken before kernels/_gemv.py's zeroed slab were timed this way).
     _gemv.CAPTURE_OWN_WORKSPACE = False
     out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
            "clock": "CUDA-graph replay, weight copies rotated past L2; split-K counters shared, not zeroed in-graph",

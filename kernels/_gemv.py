@@ -131,9 +131,17 @@ _WORKSPACES: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
 _RETIRED: list[torch.Tensor] = []
 _MIN_PART_FLOATS = 1 << 16
 # A launch captured into a CUDA graph takes buffers of its own (see workspace); a timing tool that replays its
-# graphs one at a time on one stream may turn this off to leave the in-graph zeroing of counters off its clock.
+# graphs one at a time on one stream may turn this off and share the stream's buffers instead.
 CAPTURE_OWN_WORKSPACE = True
 _MIN_COUNTERS = 1024
+# Counters for captured launches: per device, a slab zeroed outside any capture and handed out in slices no
+# other launch ever gets, so a graph's launches count only into their own tiles and the graph replays no
+# memset of its own (on the H100's graph clock a memset node cost 1.1-1.7 us a split launch, median 1.3:
+# notes/probes/2026-11-27-h100-int4-split-map*.json, round int4-split-map). Slices are not reused: a graph may outlive any
+# record of it. An eager call renews a slab less than a quarter free; a capture that finds too little falls back
+# to zeroing its counters inside the graph.
+_SLAB_COUNTERS = 1 << 18
+_SLABS: dict[str, list] = {}  # str(device) -> [zeroed int32 slab, first free index]
 
 
 def _stream_id(device: torch.device) -> int:
@@ -145,12 +153,14 @@ def _stream_id(device: torch.device) -> int:
 def workspace(n_floats: int, n_counters: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """(fp32 partials, int32 tile counters at zero) of at least these sizes, cached per device and stream.
 
-    While a CUDA graph is being captured each launch gets buffers of its own, from the graph's memory (the
-    counters' zeroing is captured with it): graphs captured on one stream may be replayed on several at once,
-    and must not count into each other's tiles."""
+    While a CUDA graph is being captured each launch gets buffers of its own: partials from the graph's memory
+    and counters from the device's zeroed slab (zeroed in the graph only when the slab is short). Graphs
+    captured on one stream may be replayed on several at once, and must not count into each other's tiles."""
     if CAPTURE_OWN_WORKSPACE and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return (torch.empty(max(n_floats, 1), dtype=torch.float32, device=device),
-                torch.zeros(max(n_counters, 1), dtype=torch.int32, device=device))
+                zeroed_counters(max(n_counters, 1), device))
+    if device.type == "cuda":
+        renew_slab(device)
     key = (str(device), _stream_id(device))
     found = _WORKSPACES.get(key)
     if found is not None and found[0].numel() >= n_floats and found[1].numel() >= n_counters:
@@ -167,6 +177,26 @@ def workspace(n_floats: int, n_counters: int, device: torch.device) -> tuple[tor
             _RETIRED.append(found[1])
     _WORKSPACES[key] = (part, counts)
     return part, counts
+
+
+def renew_slab(device: torch.device, size: int = _SLAB_COUNTERS) -> None:
+    """Outside a capture: give the device a fresh zeroed slab when it has none or less than a quarter free (the
+    old one stays referenced: graphs captured earlier count in its slices)."""
+    slab = _SLABS.get(str(device))
+    if slab is None or slab[0].numel() - slab[1] < slab[0].numel() // 4:
+        if slab is not None:
+            _RETIRED.append(slab[0])
+        _SLABS[str(device)] = [torch.zeros(size, dtype=torch.int32, device=device), 0]
+
+
+def zeroed_counters(n: int, device: torch.device) -> torch.Tensor:
+    """n int32 counters at zero that no other caller gets: a slice of the device's slab, else a new zeroed
+    tensor (inside a capture, a memset in the graph)."""
+    slab = _SLABS.get(str(device))
+    if slab is not None and slab[0].numel() - slab[1] >= n:
+        slab[1] += n
+        return slab[0][slab[1] - n:slab[1]]
+    return torch.zeros(n, dtype=torch.int32, device=device)
 
 
 def split_k_workspace(plan: GemvPlan, n_cols: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

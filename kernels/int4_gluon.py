@@ -27,7 +27,8 @@ shifts, four LOP3 and four subtracts a word of eight weights. Per group, in fp32
 The product is exact q * x rather than bf16(q * s) * x (the scale applies to the fp32 partial, as the
 Triton kernel's one-group-a-step form does). The offset was first removed by a second MMA on the same x with a
 constant -136 operand; on the ALU it costs four HADD2 a word where the MMA doubled the tensor-core work, and
-the kernel runs 1.05-1.13x faster at one row (notes/dequant-linear.md, "int4 at one row").
+that change alone ran 1.05-1.10x faster at one row on an H200 and 1.02-1.04x on an H100 (notes/dequant-linear.md,
+"int4 at one row").
 
 Split-K: SPLIT programs share a tile (the smallest power of two giving PROGRAMS_PER_SM programs an SM);
 each leaves its fp32 partial [BLOCK_N, M] in a workspace and the last to arrive sums them in the order
@@ -67,24 +68,10 @@ _GL = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 @gluon.jit
-def _unpack(w, DT: gl.constexpr, MAGIC_BITS: gl.constexpr):
-    # One word (a thread's k-step) -> eight 16-bit 128 + u: (w >> 4j) & 0x000F000F | MAGIC is the bf16x2 pair
-    # (nibble j, nibble j + 4), j = 2h + i, register (h, i) of the step.
-    asm: gl.constexpr = ("{\n.reg .b32 t, v;\n"
-                         f"lop3.b32 v, $8, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$0, $1}}, v;\n"
-                         "shr.b32 t, $8, 4;\n"
-                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$2, $3}}, v;\n"
-                         "shr.b32 t, $8, 8;\n"
-                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$4, $5}}, v;\n"
-                         "shr.b32 t, $8, 12;\n"
-                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$6, $7}}, v;\n}}")
-    return gl.inline_asm_elementwise(asm, "=h,=h,=h,=h,=h,=h,=h,=h,r", [w], dtype=(DT.value, ) * 8, is_pure=True,
-                                     pack=1)
-
-
-@gluon.jit
 def _unpack_q(w, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, OFFSET_BITS: gl.constexpr, SUB: gl.constexpr):
-    # As _unpack, each pair then less (v - q, v - q) by one packed subtract: eight 16-bit q = u - 8, exact.
+    # One word (a thread's k-step) -> eight 16-bit q = u - 8, exact: (w >> 4j) & 0x000F000F | MAGIC is the pair
+    # (128 + u) of nibbles (j, j + 4), j = 2h + i, register (h, i) of the step; one packed subtract of (v - q,
+    # v - q) then leaves q.
     asm: gl.constexpr = ("{\n.reg .b32 t, v, c;\n"
                          f"mov.b32 c, {OFFSET_BITS:#x};\n"
                          f"lop3.b32 v, $8, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\n{SUB} v, v, c;\nmov.b32 {{$0, $1}}, v;\n"
@@ -100,15 +87,12 @@ def _unpack_q(w, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, OFFSET_BITS: gl.con
 
 @gluon.jit
 def _operand(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr,
-             OFFSET_BITS: gl.constexpr = 0, SUB: gl.constexpr = ""):
-    # w: int32 [T, G/16], thread tau's own words -> V [BLOCK_N, G] in the MMA's register layout (128 + u, or q
-    # where OFFSET_BITS is given). Joins, reshapes and permutes only rename registers: (tau = 32w + 4r + t,
-    # word c, nibble 4p + 2h + i) -> (16w + 8h + r, 16c + 8i + 2t + p); the final conversion is checked trivial.
+             OFFSET_BITS: gl.constexpr, SUB: gl.constexpr):
+    # w: int32 [T, G/16], thread tau's own words -> Q [BLOCK_N, G] in the MMA's register layout. Joins, reshapes
+    # and permutes only rename registers: (tau = 32w + 4r + t, word c, nibble 4p + 2h + i) -> (16w + 8h + r,
+    # 16c + 8i + 2t + p); the final conversion is checked trivial.
     T: gl.constexpr = w.shape[0]
-    if OFFSET_BITS:
-        o0, o1, o2, o3, o4, o5, o6, o7 = _unpack_q(w, DT, MAGIC_BITS, OFFSET_BITS, SUB)
-    else:
-        o0, o1, o2, o3, o4, o5, o6, o7 = _unpack(w, DT, MAGIC_BITS)
+    o0, o1, o2, o3, o4, o5, o6, o7 = _unpack_q(w, DT, MAGIC_BITS, OFFSET_BITS, SUB)
     v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
     v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])  # (w, r, t, c, p, i, h)
     v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))  # (w, h, r, c, i, t, p)
@@ -285,8 +269,8 @@ def unprepack_int4(packed: Int4Prepacked) -> tuple[torch.Tensor, torch.Tensor]:
 # N = 14336, M = 1, against 22.3 with 4 groups (183 registers); 2 programs an SM beat 4 at every N.
 GPC_CHOICES = (2, 1)
 MAX_K_PER_CHUNK = 256  # 64 bytes a thread in flight beside the chunk in use
-# At MP = 8 (M <= 8), with the offset taken off on the ALU: one group a chunk (64 registers, 8 programs an SM
-# fit) and at least NARROW_PROGRAMS_PER_SM programs an SM. Measured (graph clock, K = 4096, M = 1, N = 4096 /
+# At MP = 8 (M <= 8), with the offset taken off on the ALU: one group a chunk (71 registers compiled for sm_90a,
+# 7 programs an SM fit) and at least NARROW_PROGRAMS_PER_SM programs an SM. Measured (graph clock, K = 4096, M = 1, N = 4096 /
 # 12288 / 14336 / 11007; notes/probes/2026-11-27-h*-int4-gemv-fma-*.json): 8.00 / 12.51 / 13.61 / 12.56 us on
 # an H200 against two groups at two programs an SM 8.34 / 13.16 / 14.88 / 13.07, and 8.63 / 14.51 / 16.29 /
 # 14.06 against 8.95 / 14.96 / 16.62 / 14.28 on an H100. A split giving 3.4 programs an SM (N = 14336) ran as

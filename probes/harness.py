@@ -32,7 +32,6 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from kernels import int4_gluon
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 1  # of the header probe_header writes; outputs from before it carry none
@@ -394,7 +393,24 @@ def int4_arrange(o0, o1, o2, o3, o4, o5, o6, o7, a_layout: gl.constexpr, G: gl.c
 
 
 @gluon.jit
+def int4_unpack_plain(w, DT: gl.constexpr, MAGIC_BITS: gl.constexpr):
+    # kernels/int4_gluon.py's unpacking before the offset moved to the ALU. One word (a thread's k-step) ->
+    # eight 16-bit 128 + u: (w >> 4j) & 0x000F000F | MAGIC is the bf16x2 pair (nibble j, nibble j + 4),
+    # j = 2h + i, register (h, i) of the step.
+    asm: gl.constexpr = ("{\n.reg .b32 t, v;\n"
+                         f"lop3.b32 v, $8, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$0, $1}}, v;\n"
+                         "shr.b32 t, $8, 4;\n"
+                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$2, $3}}, v;\n"
+                         "shr.b32 t, $8, 8;\n"
+                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$4, $5}}, v;\n"
+                         "shr.b32 t, $8, 12;\n"
+                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$6, $7}}, v;\n}}")
+    return gl.inline_asm_elementwise(asm, "=h,=h,=h,=h,=h,=h,=h,=h,r", [w], dtype=(DT.value, ) * 8, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
 def int4_operand_plain(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr):
     # The words as V = 128 + u (float16: 1024 + u), the offset left to the caller.
-    o0, o1, o2, o3, o4, o5, o6, o7 = int4_gluon._unpack(w, DT, MAGIC_BITS)
+    o0, o1, o2, o3, o4, o5, o6, o7 = int4_unpack_plain(w, DT, MAGIC_BITS)
     return int4_arrange(o0, o1, o2, o3, o4, o5, o6, o7, a_layout, G)

@@ -93,6 +93,60 @@ def test_workspace_grows_and_keeps_what_it_outgrew(device):
     assert int(big[1].abs().sum()) == 0
 
 
+def test_captured_launches_take_zeroed_counters_no_one_else_gets(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(_gemv, "_SLABS", {})
+    _gemv.renew_slab(cpu, size=16)
+    slab = _gemv._SLABS["cpu"][0]
+    a, b = _gemv.zeroed_counters(6, cpu), _gemv.zeroed_counters(6, cpu)
+    assert a.numel() == b.numel() == 6 and int(a.abs().sum() + b.abs().sum()) == 0
+    assert a.data_ptr() + 6 * a.element_size() == b.data_ptr()  # disjoint slices of one slab
+    c = _gemv.zeroed_counters(6, cpu)  # 4 left: a zeroed tensor of its own
+    assert c.untyped_storage().data_ptr() != slab.untyped_storage().data_ptr() and int(c.abs().sum()) == 0
+    _gemv.renew_slab(cpu, size=16)  # a quarter free: kept
+    assert _gemv._SLABS["cpu"][0] is slab
+    _gemv.zeroed_counters(1, cpu)
+    _gemv.renew_slab(cpu, size=16)  # less than a quarter free: renewed, the old one kept alive
+    assert _gemv._SLABS["cpu"][0] is not slab and any(t is slab for t in _gemv._RETIRED)
+
+
+def test_captured_split_k_replays_no_memset_and_graphs_count_apart(device, gen):
+    if device != "cuda":
+        pytest.skip("CUDA graphs need a GPU")
+    plan = GemvPlan("dot", 16, 16, 32, 4, 4, 2, True)
+    weight, gamma = _operands(1, 256, 80, torch.bfloat16, device, gen)[1:]
+    xs = [_draw((3, 256), torch.bfloat16, device, gen) for _ in range(2)]
+    ys = [torch.empty(3, 80, dtype=torch.bfloat16, device=device) for _ in range(2)]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up: compile, bound launchers, the slab
+        for x, y in zip(xs, ys):
+            rg.rmsnorm_gemv_fwd(x, weight, gamma, EPS, plan, y)
+    torch.cuda.current_stream().wait_stream(side)
+    graphs = []
+    for x, y in zip(xs, ys):
+        graphs.append(torch.cuda.CUDAGraph())
+        with torch.cuda.graph(graphs[-1]):
+            rg.rmsnorm_gemv_fwd(x, weight, gamma, EPS, plan, y)
+    streams = [torch.cuda.Stream() for _ in graphs]
+    for _ in range(20):  # both graphs at once: each counts into its own tiles
+        for g, s in zip(graphs, streams):
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                g.replay()
+        for s in streams:
+            torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    for x, y in zip(xs, ys):
+        _check(y, x, weight, gamma)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        graphs[0].replay()
+        torch.cuda.synchronize()
+    names = [e.name.lower() for e in prof.events()]
+    assert any("gemv" in n for n in names), names  # the replay's kernel was seen
+    assert not any("memset" in n or "fill" in n for n in names), names
+
+
 def test_output_rows_may_be_strided_and_nothing_outside_is_written(device, gen):
     x, weight, gamma = _operands(3, 64, 24, torch.bfloat16, device, gen)
     buf = torch.full((5, 40), float("nan"), dtype=torch.bfloat16, device=device)

@@ -32,6 +32,9 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from checks.decode_probe import n_copies
+from kernels.int4_gluon import Int4Prepacked, prepack_int4
+
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 1  # of the header probe_header writes; outputs from before it carry none
@@ -379,6 +382,14 @@ def ptxas_registers(compiled, arch: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------------------------------------
 # The int4 Gluon probes: kernels/int4_gluon.py's words as the MMA's register operand
 # --------------------------------------------------------------------------------------------------------
+
+
+def int4_prepacked_copies(w_packed: torch.Tensor, scales: torch.Tensor, group: int, nbytes: int) -> list:
+    """prepack_int4's weight and copies of it, enough that a call rotating through them reads `nbytes` past L2
+    (checks/decode_probe.n_copies); the first is the one whose outputs are checked."""
+    first = prepack_int4(w_packed, scales, group)
+    return [first] + [Int4Prepacked(first.weight.clone(), first.scales.clone(), first.n_cols, first.n_features, group)
+                      for _ in range(n_copies(nbytes) - 1)]
 
 
 @gluon.jit

@@ -32,9 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checks.decode_probe import copy_ceiling_gbs, graph_us, n_copies, rel_err  # noqa: E402
+from checks.decode_probe import copy_ceiling_gbs, graph_us, rel_err  # noqa: E402
 from kernels import _gemv, int4_gluon as ig  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
+from probes.harness import int4_prepacked_copies  # noqa: E402
 
 QUESTION = ("Does the one-row int4 plan chosen at K = 4,096 also serve the decoder layer's own projections, the "
             "down projection's K = 14,336 among them, or does the split it replaced win there?")
@@ -90,9 +91,7 @@ def main() -> int:
         w = (torch.randn(n, k, device="cuda") / k**0.5).to(BF)
         p, s = quantize_int4(w, G)
         ref_w = dequantize_int4(p, s, G, BF).double()
-        packs = [ig.prepack_int4(p, s, G)]
-        packs += [ig.Int4Prepacked(packs[0].weight.clone(), packs[0].scales.clone(), n, k, G)
-                  for _ in range(n_copies(n * k // 2) - 1)]
+        packs = int4_prepacked_copies(p, s, G, n * k // 2)
         for m in rows:
             x = torch.randn(m, k, device="cuda").to(BF)
             want = x.double() @ ref_w.t()

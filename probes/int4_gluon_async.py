@@ -26,11 +26,11 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checks.decode_probe import copy_ceiling_gbs, graph_us, n_copies, rel_err  # noqa: E402
+from checks.decode_probe import copy_ceiling_gbs, graph_us, rel_err  # noqa: E402
 from kernels import int4_gluon as ig  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
-from probes.harness import int4_operand_plain  # noqa: E402
+from probes.harness import int4_operand_plain, int4_prepacked_copies  # noqa: E402
 
 QUESTION = ("Do asynchronous wgmma (one group's products overlapping the next group's unpack), or scales loaded a "
             "chunk ahead with the weights, bring the Gluon int4 GEMV closer to its weight-read floor?")
@@ -191,9 +191,7 @@ def main() -> int:
         w = (torch.randn(n, K, device="cuda") / K**0.5).to(BF16)
         p, s = quantize_int4(w, GROUP)
         ref_w = dequantize_int4(p, s, GROUP, BF16).double()
-        packs = [ig.prepack_int4(p, s, GROUP)]
-        packs += [ig.Int4Prepacked(packs[0].weight.clone(), packs[0].scales.clone(), n, K, GROUP)
-                  for _ in range(n_copies(n * K) - 1)]
+        packs = int4_prepacked_copies(p, s, GROUP, n * K)
         for m in MS:
             x = torch.randn(m, K, device="cuda").to(BF16)
             row = {"N": n, "M": m, "floor_us": round(floor, 2)}

@@ -47,11 +47,11 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from checks.decode_probe import copy_ceiling_gbs, graph_us, n_copies, rel_err  # noqa: E402
+from checks.decode_probe import copy_ceiling_gbs, graph_us, rel_err  # noqa: E402
 from kernels import int4_gluon as ig  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
-from probes.harness import int4_arrange, int4_operand_plain  # noqa: E402
+from probes.harness import int4_arrange, int4_operand_plain, int4_prepacked_copies  # noqa: E402
 
 QUESTION = ("At one row, what brings the int4 GEMV nearer its weight-read floor: the CUDA cores, the offset off the "
             "tensor cores, more bytes in flight, fewer groups a chunk or more programs an SM, and how close does a "
@@ -438,9 +438,7 @@ def measure(out_path: Path, ns, candidates, only=()) -> int:
         w = (torch.randn(n, K, device="cuda") / K**0.5).to(BF16)
         p, s = quantize_int4(w, GROUP)
         ref = dequantize_int4(p, s, GROUP, BF16).double()
-        packs = [ig.prepack_int4(p, s, GROUP)]
-        packs += [ig.Int4Prepacked(packs[0].weight.clone(), packs[0].scales.clone(), n, K, GROUP)
-                  for _ in range(n_copies(n * K // 2) - 1)]
+        packs = int4_prepacked_copies(p, s, GROUP, n * K // 2)
         x = torch.randn(1, K, device="cuda").to(BF16)
         want = x.double() @ ref.t()
         for name, fn, checked in candidates:

@@ -15,7 +15,9 @@ on the dequantised weight, into a NaN-filled buffer.
 --shared-workspace lets the split's launches share the stream's counters in the graph (no zeroing in it).
 Round int4-split-map ran --map four times on an H100: at commit 7fc96f8 (counters zeroed in each graph), with the
 split's reduction loads unrolled (a one-line kernel edit, not kept), with --shared-workspace, and with
-kernels/_gemv.py's zeroed slab (no flag).
+kernels/_gemv.py's zeroed slab (no flag), then with --wide.
+
+--wide adds N in 2048, 8192, 11007 at K = 4096 and K = 11008 at N = 4096, and M = 8, to the map.
 
 --map times, at M = 1, every split s in 1, 2, 4, 8, 16 (up to 14 programs an SM) at one and two groups a chunk
 ("c1 sS", "c2 sS") for N in 4096, 6144, 12288, 14336, 28672 at K = 4096 and N = 4096 at K = 14336: the map a
@@ -46,18 +48,20 @@ OUTPUTS = {"int4-decoder-shapes": ("notes/probes/2026-11-27-h100-int4-decoder-sh
            "int4-split-map": ("notes/probes/2026-11-27-h100-int4-split-map.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-unrolled.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-shared.json",
-                              "notes/probes/2026-11-27-h100-int4-split-map-slab.json")}
+                              "notes/probes/2026-11-27-h100-int4-split-map-slab.json",
+                              "notes/probes/2026-11-27-h100-int4-split-map-wide.json")}
 
 G, BF = 128, torch.bfloat16
 PROJECTIONS = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 MAP_SHAPES = (("n4096", 4096, 4096), ("n6144", 6144, 4096), ("n12288", 12288, 4096), ("n14336", 14336, 4096),
               ("n28672", 28672, 4096), ("k14336", 4096, 14336))
+WIDE_SHAPES = (("n2048", 2048, 4096), ("n8192", 8192, 4096), ("n11007", 11007, 4096), ("k11008", 4096, 11008))
 VARIANTS = {"plan": {}, "c2 p2": {"gpc": 2, "per_sm": 2}, "c1 p2": {"gpc": 1, "per_sm": 2},
             "c1 p6": {"gpc": 1, "per_sm": 6}, "c1 p8": {"gpc": 1, "per_sm": 8}}
 
 
 def split_map(n: int, k: int, sm: int) -> list[tuple[str, dict]]:
-    """Every (groups a chunk, split) the kernel can run at M = 1, as plan_int4_gluon overrides: per_sm set so its
+    """Every (groups a chunk, split) the kernel can run at M <= 8, as plan_int4_gluon overrides: per_sm set so its
     doubling loop stops at that split."""
     tiles, out = -(-n // 64), []
     for gpc in (1, 2):
@@ -71,12 +75,13 @@ def split_map(n: int, k: int, sm: int) -> list[tuple[str, dict]]:
 def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp")
     out_dir.mkdir(parents=True, exist_ok=True)
-    mapping = "--map" in sys.argv[2:]
+    wide = "--wide" in sys.argv[2:]
+    mapping = wide or "--map" in sys.argv[2:]
     if "--shared-workspace" in sys.argv[2:]:  # no zeroing of the split's counters captured into each graph
         _gemv.CAPTURE_OWN_WORKSPACE = False
-    shapes = MAP_SHAPES if mapping else PROJECTIONS
-    rows = (1, ) if mapping else (1, 16)
-    name_out = ("int4_split_map" if mapping else "int4_decoder_shapes") + (
+    shapes = MAP_SHAPES + WIDE_SHAPES if wide else MAP_SHAPES if mapping else PROJECTIONS
+    rows = (1, 8) if wide else (1, ) if mapping else (1, 16)
+    name_out = ("int4_split_map_wide" if wide else "int4_split_map" if mapping else "int4_decoder_shapes") + (
         "_shared.json" if "--shared-workspace" in sys.argv[2:] else ".json")
 
     def variants(n, k, sm):

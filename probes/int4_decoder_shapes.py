@@ -52,6 +52,8 @@ OUTPUTS = {"int4-decoder-shapes": ("notes/probes/2026-11-27-h100-int4-decoder-sh
                               "notes/probes/2026-11-27-h100-int4-split-map-wide.json")}
 
 G, BF = 128, torch.bfloat16
+# Whether the kernel at the probe's commit takes a split that does not divide the chunks (uneven runs of K).
+UNEVEN = "2 * split <= chunks" in Path(ig.__file__).read_text(encoding="utf-8")
 PROJECTIONS = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 MAP_SHAPES = (("n4096", 4096, 4096), ("n6144", 6144, 4096), ("n12288", 12288, 4096), ("n14336", 14336, 4096),
               ("n28672", 28672, 4096), ("k14336", 4096, 14336))
@@ -66,7 +68,7 @@ def split_map(n: int, k: int, sm: int) -> list[tuple[str, dict]]:
     tiles, out = -(-n // 64), []
     for gpc in (1, 2):
         for split in (1, 2, 4, 8, 16):
-            if (k // G // gpc) % split or tiles * split > 14 * sm:
+            if split > k // G // gpc or (k // G // gpc) % split and not UNEVEN or tiles * split > 14 * sm:
                 continue
             out.append((f"c{gpc} s{split}", {"gpc": gpc, "per_sm": tiles * split / sm}))
     return out

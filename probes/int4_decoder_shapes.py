@@ -53,7 +53,7 @@ OUTPUTS = {"int4-decoder-shapes": ("notes/probes/2026-11-27-h100-int4-decoder-sh
 
 G, BF = 128, torch.bfloat16
 # Whether the kernel at the probe's commit takes a split that does not divide the chunks (uneven runs of K).
-UNEVEN = "2 * split <= chunks" in Path(ig.__file__).read_text(encoding="utf-8")
+UNEVEN = ig.plan_int4_gluon(1, 64, 3 * G, G, sm_count=132)["SPLIT"] > 1  # three chunks split two ways
 PROJECTIONS = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 MAP_SHAPES = (("n4096", 4096, 4096), ("n6144", 6144, 4096), ("n12288", 12288, 4096), ("n14336", 14336, 4096),
               ("n28672", 28672, 4096), ("k14336", 4096, 14336))

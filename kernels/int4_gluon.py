@@ -30,7 +30,9 @@ constant -136 operand; on the ALU it costs four HADD2 a word where the MMA doubl
 that change alone ran 1.05-1.10x faster at one row on an H200 and 1.02-1.04x on an H100 (notes/dequant-linear.md,
 "int4 at one row").
 
-Split-K: SPLIT programs share a tile (the smallest power of two giving PROGRAMS_PER_SM programs an SM);
+Split-K: SPLIT programs share a tile (the smallest power of two giving PROGRAMS_PER_SM programs an SM, at most
+one a chunk), each walking chunks // SPLIT chunks of its K, one more for the first chunks % SPLIT (so a K of 86
+groups, 2 x 43, still splits 8 ways);
 each leaves its fp32 partial [BLOCK_N, M] in a workspace and the last to arrive sums them in the order
 0..SPLIT-1 (deterministic; kernels/_gemv.py). Bytes: N*K/2 + N*(K/G)*s_size (weights, scales), M*K*size a
 program (x, from L2), M*N*size (y). Measured and discussed in notes/dequant-linear.md ("int4 on Hopper"):
@@ -122,8 +124,11 @@ def _int4_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, part_ptr, count_ptr, M, N, K, 
     tile = pid // SPLIT
     split = pid % SPLIT
     n_groups = K // G
-    n_iter = n_groups // (SPLIT * GPC)  # chunks of GPC groups this program walks
-    g0 = split * n_iter * GPC
+    n_chunks = n_groups // GPC
+    # Chunks of GPC groups this program walks: n_chunks // SPLIT, one more for the first n_chunks % SPLIT splits.
+    extra = n_chunks % SPLIT
+    n_iter = n_chunks // SPLIT + (split < extra).to(gl.int32)
+    g0 = (split * (n_chunks // SPLIT) + gl.minimum(split, extra)) * GPC
 
     # Pointers to chunk 0: thread tau's G/4 bytes of each group, and x's [MP, G] tile of each group (rows past
     # M read as zeros).
@@ -300,7 +305,7 @@ def plan_int4_gluon(n_rows: int, n_cols: int, n_features: int, group_size: int, 
     n_tiles = triton.cdiv(n_cols, BLOCK_ROWS * wg)
     chunks, split = n_groups // gpc, 1
     per_sm = per_sm or (NARROW_PROGRAMS_PER_SM if mp == 8 else PROGRAMS_PER_SM if mp <= 16 else WIDE_PROGRAMS_PER_SM)
-    while n_tiles * split < per_sm * sm_count and chunks % (2 * split) == 0:
+    while n_tiles * split < per_sm * sm_count and 2 * split <= chunks:  # uneven runs of K where it does not divide
         split *= 2
     return dict(G=group_size, GPC=gpc, WG=wg, MP=mp, SPLIT=split, num_warps=4 * wg)
 

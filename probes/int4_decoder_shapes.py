@@ -15,7 +15,7 @@ on the dequantised weight, into a NaN-filled buffer.
 --shared-workspace lets the split's launches share the stream's counters in the graph (no zeroing in it).
 Round int4-split-map ran --map four times on an H100: at commit 7fc96f8 (counters zeroed in each graph), with the
 split's reduction loads unrolled (a one-line kernel edit, not kept), with --shared-workspace, and with
-kernels/_gemv.py's zeroed slab (no flag), then with --wide.
+kernels/_gemv.py's zeroed slab (no flag), then with --wide, before and after splits became uneven.
 
 --wide adds N in 2048, 8192, 11007 at K = 4096 and K = 11008 at N = 4096, and M = 8, to the map.
 
@@ -49,9 +49,12 @@ OUTPUTS = {"int4-decoder-shapes": ("notes/probes/2026-11-27-h100-int4-decoder-sh
                               "notes/probes/2026-11-27-h100-int4-split-map-unrolled.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-shared.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-slab.json",
-                              "notes/probes/2026-11-27-h100-int4-split-map-wide.json")}
+                              "notes/probes/2026-11-27-h100-int4-split-map-wide.json",
+                              "notes/probes/2026-11-27-h100-int4-split-map-uneven.json")}
 
 G, BF = 128, torch.bfloat16
+# Whether the kernel at the probe's commit takes a split that does not divide the chunks (uneven runs of K).
+UNEVEN = ig.plan_int4_gluon(1, 64, 3 * G, G, sm_count=132)["SPLIT"] > 1  # three chunks split two ways
 PROJECTIONS = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 MAP_SHAPES = (("n4096", 4096, 4096), ("n6144", 6144, 4096), ("n12288", 12288, 4096), ("n14336", 14336, 4096),
               ("n28672", 28672, 4096), ("k14336", 4096, 14336))
@@ -66,7 +69,7 @@ def split_map(n: int, k: int, sm: int) -> list[tuple[str, dict]]:
     tiles, out = -(-n // 64), []
     for gpc in (1, 2):
         for split in (1, 2, 4, 8, 16):
-            if (k // G // gpc) % split or tiles * split > 14 * sm:
+            if split > k // G // gpc or (k // G // gpc) % split and not UNEVEN or tiles * split > 14 * sm:
                 continue
             out.append((f"c{gpc} s{split}", {"gpc": gpc, "per_sm": tiles * split / sm}))
     return out

@@ -73,14 +73,17 @@ def test_rejects_what_it_does_not_serve():
         ig.int4_linear_gluon(torch.randn(1, 128, dtype=torch.bfloat16), packed, 128)
 
 
-def test_plan_divides_the_groups():
+def test_plan_splits_k_into_runs_of_whole_chunks():
     # up to 8 rows: one group a chunk, the smallest split giving at least 3.5 programs an SM (462 of 132)
     assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["GPC"] for m in (1, 8, 9)] == [1, 1, 2]
     assert ig.plan_int4_gluon(1, 4096, 4096, 128, sm_count=132)["SPLIT"] == 8  # 64 tiles: 512 programs
     assert ig.plan_int4_gluon(1, 14336, 4096, 128, sm_count=132)["SPLIT"] == 4  # 224 tiles: 896, not 448
     assert ig.plan_int4_gluon(1, 12288, 4096, 128, sm_count=132)["SPLIT"] == 4  # 192 tiles: 768, not 384
     assert ig.plan_int4_gluon(9, 14336, 4096, 128, sm_count=132)["SPLIT"] == 2  # from 9 rows two an SM: 448
-    assert ig.plan_int4_gluon(1, 4096, 384, 128) == dict(G=128, GPC=1, WG=1, MP=8, SPLIT=1, num_warps=4)
+    # a split need not divide the chunks (uneven runs of K): three chunks split two ways, 86 eight ways
+    assert ig.plan_int4_gluon(1, 4096, 384, 128) == dict(G=128, GPC=1, WG=1, MP=8, SPLIT=2, num_warps=4)
+    assert ig.plan_int4_gluon(1, 4096, 11008, 128, sm_count=132)["SPLIT"] == 8
+    assert ig.plan_int4_gluon(1, 4096, 128, 128, sm_count=132)["SPLIT"] == 1  # one chunk: no split
     assert ig.plan_int4_gluon(9, 4096, 4096, 128)["MP"] == 16
     assert [ig.plan_int4_gluon(m, 4096, 4096, 128)["MP"] for m in (17, 32, 33, 64)] == [32, 32, 64, 64]
     # two groups a chunk spill at MP = 64 (255 registers): one there
@@ -118,7 +121,8 @@ def test_matches_float64(m, n, dtype):
 @gpu
 @pytest.mark.parametrize("k,group,gpc,wg", [(384, 128, None, None), (4096, 128, 4, 2), (4096, 128, 1, 2),
                                             (1024, 32, None, None), (2048, 64, 2, 1), (4096, 256, None, None),
-                                            (4096, 128, 2, 1), (1280, 128, 1, 1)])
+                                            (4096, 128, 2, 1), (1280, 128, 1, 1), (11008, 128, None, None),
+                                            (11008, 128, 2, None), (1408, 128, 1, None)])
 @pytest.mark.parametrize("m", [1, 16])
 def test_other_plans_and_groups(m, k, group, gpc, wg):
     _check(m, 1000, k, group, torch.bfloat16, gpc, wg, seed=k + group)

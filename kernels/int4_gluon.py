@@ -8,8 +8,9 @@ Why: the Triton kernel spends 4.2-4.7 instructions a weight moving each byte int
 
 Roles. W is the MMA's first operand, from registers: a program holds BLOCK_N = 64 * WG rows of W (WG
 warpgroups) and x^T [G, MP] (M padded to MP = 8, 16, 32 or 64 columns) is the second, from shared memory, so
-every M up to 64 is one launch, one N = MP MMA a k-step. A program walks its run of K in chunks of GPC groups; chunk i + 1's words
-and x are loaded into registers before chunk i is unpacked and multiplied (split-K over the rest of K).
+every M up to 64 is one launch, one N = MP MMA a k-step. A program walks its run of K in chunks of GPC groups;
+chunk i + 1's words and x are loaded into registers before chunk i is unpacked and multiplied (split-K over the
+rest of K).
 
 Layout (prepack_int4). wgmma's register operand gives lane l of warp w, for each 16-wide k-step c, the four
 bf16x2 registers (h, i) = (row 16w + 8h + l/4, k = 16c + 8i + 2(l%4) + {0, 1}). prepack_int4 writes, per 64
@@ -31,13 +32,14 @@ that change alone ran 1.05-1.10x faster at one row on an H200 and 1.02-1.04x on 
 "int4 at one row").
 
 Split-K: SPLIT programs share a tile (the smallest power of two giving PROGRAMS_PER_SM programs an SM, at most
-one a chunk), each walking chunks // SPLIT chunks of its K, one more for the first chunks % SPLIT (so a K of 86
-groups, 2 x 43, still splits 8 ways);
-each leaves its fp32 partial [BLOCK_N, M] in a workspace and the last to arrive sums them in the order
-0..SPLIT-1 (deterministic; kernels/_gemv.py). Bytes: N*K/2 + N*(K/G)*s_size (weights, scales), M*K*size a
-program (x, from L2), M*N*size (y). Measured and discussed in notes/dequant-linear.md ("int4 on Hopper"):
-on the H100 54-60% of the weight-read floor at M = 1 for N >= 11007, 31% at N = 4096; a cp.async ring
-three times deeper was slower and was dropped. Reached through kernels.dequant_linear.int4_linear with
+one a chunk). Each walks chunks // SPLIT chunks of its K, the first chunks % SPLIT one more, so a K whose chunks
+do not divide (11008: 86 groups, 2 x 43) still splits as far as it needs. Each leaves its fp32 partial
+[BLOCK_N, M] in a workspace and the last to arrive sums them in the order 0..SPLIT-1 (deterministic;
+kernels/_gemv.py). Bytes: N*K/2 + N*(K/G)*s_size (weights, scales), M*K*size a program (x, from L2), M*N*size
+(y). Measured in notes/dequant-linear.md: at M = 1 (K = 4096, N = 4096 / 12288 / 14336 / 11007, GPU time) the
+share of the copy ceiling is 28 / 54 / 58 / 50% on an H100 (dequant-linear-decode 20261127T170326Z) and 21 /
+42 / 46 / 37% on an H200 (20261127T142425Z); a cp.async ring three times deeper and x staged once with up to
+four chunks in flight were slower and were dropped. Reached through kernels.dequant_linear.int4_linear with
 prepack_int4's weight.
 """
 
@@ -275,11 +277,13 @@ def unprepack_int4(packed: Int4Prepacked) -> tuple[torch.Tensor, torch.Tensor]:
 GPC_CHOICES = (2, 1)
 MAX_K_PER_CHUNK = 256  # 64 bytes a thread in flight beside the chunk in use
 # At MP = 8 (M <= 8), with the offset taken off on the ALU: one group a chunk (71 registers compiled for sm_90a,
-# 7 programs an SM fit) and at least NARROW_PROGRAMS_PER_SM programs an SM. Measured (graph clock, K = 4096, M = 1, N = 4096 /
-# 12288 / 14336 / 11007; notes/probes/2026-11-27-h*-int4-gemv-fma-*.json): 8.00 / 12.51 / 13.61 / 12.56 us on
+# 7 programs an SM fit) and at least NARROW_PROGRAMS_PER_SM programs an SM. Measured (graph clock, K = 4096,
+# M = 1, N = 4096 / 12288 / 14336 / 11007; notes/probes/2026-11-27-h*-int4-gemv-fma-*.json): 8.00 / 12.51 / 13.61 / 12.56 us on
 # an H200 against two groups at two programs an SM 8.34 / 13.16 / 14.88 / 13.07, and 8.63 / 14.51 / 16.29 /
 # 14.06 against 8.95 / 14.96 / 16.62 / 14.28 on an H100. A split giving 3.4 programs an SM (N = 14336) ran as
-# slowly as two; 5.2-6.8 ran fastest; 7.8 (N = 4096) and 10.4 (N = 11007) were slower again.
+# slowly as two; 5.2-6.8 ran fastest; 7.8 (N = 4096) and 10.4 (N = 11007) were slower again. Off that grid (H100,
+# notes/probes/2026-11-27-h100-int4-split-map-wide.json) two groups at two programs an SM ran 9.5% faster at
+# N = 28672 and 6.4% at K = 14336, and within 2% elsewhere but N = 2048: the plan waits on the same map on an H200.
 NARROW_GPC = 1
 NARROW_PROGRAMS_PER_SM = 3.5
 PROGRAMS_PER_SM = 2  # split-K: the smallest power of two giving at least this many programs an SM ...

@@ -137,11 +137,13 @@ _MIN_COUNTERS = 1024
 # Counters for captured launches: per device, a slab zeroed outside any capture and handed out in slices no
 # other launch ever gets, so a graph's launches count only into their own tiles and the graph replays no
 # memset of its own (on the H100's graph clock a memset node cost 1.1-1.7 us a split launch, median 1.3:
-# notes/probes/2026-11-27-h100-int4-split-map*.json, round int4-split-map). Slices are not reused: a graph may outlive any
-# record of it. An eager call renews a slab less than a quarter free; a capture that finds too little falls back
-# to zeroing its counters inside the graph.
+# notes/probes/2026-11-27-h100-int4-split-map*.json, round int4-split-map). Slices are not reused: a graph may
+# outlive any record of it. A stream's first eager call makes the device's slab; after a capture has drawn on it,
+# the next eager call renews it if less than a quarter is free (the eager hot path looks at one set, no more); a
+# capture that finds too little falls back to zeroing its counters inside the graph.
 _SLAB_COUNTERS = 1 << 18
 _SLABS: dict[str, list] = {}  # str(device) -> [zeroed int32 slab, first free index]
+_SLABS_DRAWN: set[str] = set()  # devices whose slab a capture has drawn on since it was last looked at
 
 
 def _stream_id(device: torch.device) -> int:
@@ -159,12 +161,15 @@ def workspace(n_floats: int, n_counters: int, device: torch.device) -> tuple[tor
     if CAPTURE_OWN_WORKSPACE and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return (torch.empty(max(n_floats, 1), dtype=torch.float32, device=device),
                 zeroed_counters(max(n_counters, 1), device))
-    if device.type == "cuda":
+    name = str(device)
+    if name in _SLABS_DRAWN:
         renew_slab(device)
-    key = (str(device), _stream_id(device))
+    key = (name, _stream_id(device))
     found = _WORKSPACES.get(key)
     if found is not None and found[0].numel() >= n_floats and found[1].numel() >= n_counters:
         return found
+    if device.type == "cuda":
+        renew_slab(device)  # before this stream's first capture
     part = found[0] if found is not None and found[0].numel() >= n_floats else None
     counts = found[1] if found is not None and found[1].numel() >= n_counters else None
     if part is None:
@@ -182,17 +187,22 @@ def workspace(n_floats: int, n_counters: int, device: torch.device) -> tuple[tor
 def renew_slab(device: torch.device, size: int = _SLAB_COUNTERS) -> None:
     """Outside a capture: give the device a fresh zeroed slab when it has none or less than a quarter free (the
     old one stays referenced: graphs captured earlier count in its slices)."""
-    slab = _SLABS.get(str(device))
+    name = str(device)
+    _SLABS_DRAWN.discard(name)
+    slab = _SLABS.get(name)
     if slab is None or slab[0].numel() - slab[1] < slab[0].numel() // 4:
         if slab is not None:
             _RETIRED.append(slab[0])
-        _SLABS[str(device)] = [torch.zeros(size, dtype=torch.int32, device=device), 0]
+        _SLABS[name] = [torch.zeros(size, dtype=torch.int32, device=device), 0]
 
 
 def zeroed_counters(n: int, device: torch.device) -> torch.Tensor:
     """n int32 counters at zero that no other caller gets: a slice of the device's slab, else a new zeroed
     tensor (inside a capture, a memset in the graph)."""
-    slab = _SLABS.get(str(device))
+    name = str(device)
+    if device.type == "cuda":
+        _SLABS_DRAWN.add(name)
+    slab = _SLABS.get(name)
     if slab is not None and slab[0].numel() - slab[1] >= n:
         slab[1] += n
         return slab[0][slab[1] - n:slab[1]]

@@ -96,6 +96,7 @@ def test_workspace_grows_and_keeps_what_it_outgrew(device):
 def test_captured_launches_take_zeroed_counters_no_one_else_gets(monkeypatch):
     cpu = torch.device("cpu")
     monkeypatch.setattr(_gemv, "_SLABS", {})
+    monkeypatch.setattr(_gemv, "_SLABS_DRAWN", set())
     _gemv.renew_slab(cpu, size=16)
     slab = _gemv._SLABS["cpu"][0]
     a, b = _gemv.zeroed_counters(6, cpu), _gemv.zeroed_counters(6, cpu)

@@ -7,6 +7,7 @@ record must say "cpu-interpreter: not performance evidence"; on a GPU the same t
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from lab.publish.collect import collect_evidence
 from lab.publish.render import render_outputs
 from lab.measure.inputs import input_seed, select_rows
 from lab.measure.runner import allow_a_compile_per_point, check_declaration, measure_point, run_experiment
-from lab.measure.timing import CudaEventClock, TimingParams, WallClock
+from lab.measure.timing import SAMPLE_DIGITS, CudaEventClock, TimingParams, WallClock, kept_sample
 from lab.evidence.verdict import NO_EVIDENCE
 
 FEW = TimingParams(warmup_rounds=1, min_samples=3, max_samples=3, target_seconds=0.0, copy_bytes=1 << 20,
@@ -100,6 +101,11 @@ def test_run_records_every_status_and_renders_the_evidence_note(tmp_path):
     assert record.timing.l2_flush == "read"  # the clean flush, said in the record
     for ceiling in (record.read_ceiling, record.read2_write_ceiling):
         assert ceiling.gbps > 0 and len(ceiling.samples_ms) == FEW.copy_repeats
+    kept = [*record.copy_ceiling.samples_ms, *record.read_ceiling.samples_ms,
+            *record.read2_write_ceiling.samples_ms, *(record.matmul_peak.samples_ms if record.matmul_peak else ())]
+    kept += [x for p in record.points for r in p.results.values() for x in r.samples_ms]
+    assert len(kept) > 4 * FEW.copy_repeats
+    assert all(x == float(f"{x:.{SAMPLE_DIGITS}g}") for x in kept), "a sample keeps more digits than the record's"
 
     assert [(p.case, p.dtype) for p in record.points] == [("4x64", "float32"), ("4x48", "float32")]
     for case, point in zip(experiment.cases, record.points, strict=True):
@@ -314,3 +320,13 @@ def test_a_profile_with_its_own_byte_model_records_it_and_its_rates_divide_it():
     assert own.bytes_moved == point.bytes_moved // 2 and other.bytes_moved is None
     assert own.gbps == pytest.approx(own.bytes_moved / (own.p50_ms * 1e-3) / 1e9)
     assert other.gbps == pytest.approx(point.bytes_moved / (other.p50_ms * 1e-3) / 1e9)
+
+
+def test_a_sample_keeps_seven_significant_digits_and_infinities_stay():
+    assert SAMPLE_DIGITS == 7
+    assert kept_sample(0.05752299999961036) == 0.057523
+    assert kept_sample(0.010460123456) == 0.01046012
+    assert kept_sample(123456789.0) == 123456800.0
+    assert kept_sample(1.0) == 1.0 and kept_sample(0.0) == 0.0
+    assert kept_sample(float("inf")) == float("inf") and math.isnan(kept_sample(float("nan")))
+    assert repr(kept_sample(2 / 3)) == "0.6666667"

@@ -33,7 +33,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from lab.evidence.records import EagerMethod
-from lab.measure.timing import describe_exception
+from lab.measure.timing import describe_exception, kept_sample
 
 HOST_BATCH_MAX = 64  # calls whose issue is timed for host time: a few kernels each stays well inside the launch queue
 
@@ -158,8 +158,8 @@ def time_eager(calls: Mapping[str, Sequence[Callable[[], object]]], clock: Eager
             except Exception as exc:  # noqa: BLE001
                 times.errors[name] = describe_exception(exc)
                 continue
-            times.eager_ms[name].append(eager)
-            times.host_ms[name].append(host)
+            times.eager_ms[name].append(kept_sample(eager))
+            times.host_ms[name].append(kept_sample(host))
     return times
 
 

@@ -15,7 +15,8 @@ on the dequantised weight, into a NaN-filled buffer.
 --shared-workspace lets the split's launches share the stream's counters in the graph (no zeroing in it).
 Round int4-split-map ran --map four times on an H100: at commit 7fc96f8 (counters zeroed in each graph), with the
 split's reduction loads unrolled (a one-line kernel edit, not kept), with --shared-workspace, and with
-kernels/_gemv.py's zeroed slab (no flag), then with --wide, before and after splits became uneven.
+kernels/_gemv.py's zeroed slab (no flag), then with --wide, before and after splits became uneven; and
+--wide once on an H200 with uneven splits.
 
 --wide adds N in 2048, 8192, 11007 at K = 4096 and K = 11008 at N = 4096, and M = 8, to the map.
 
@@ -50,7 +51,8 @@ OUTPUTS = {"int4-decoder-shapes": ("notes/probes/2026-11-27-h100-int4-decoder-sh
                               "notes/probes/2026-11-27-h100-int4-split-map-shared.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-slab.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-wide.json",
-                              "notes/probes/2026-11-27-h100-int4-split-map-uneven.json")}
+                              "notes/probes/2026-11-27-h100-int4-split-map-uneven.json",
+                              "notes/probes/2026-11-27-h200-int4-split-map-wide.json")}
 
 G, BF = 128, torch.bfloat16
 # Whether the kernel at the probe's commit takes a split that does not divide the chunks (uneven runs of K).

@@ -348,3 +348,20 @@ def test_bootstrap_rejects_bad_input(args, message):
     baseline, subject, *confidence = args
     with pytest.raises(ValueError, match=message):
         bootstrap_speedup(baseline, subject, **({"confidence": confidence[0]} if confidence else {}))
+
+
+def test_the_bootstraps_quantiles_and_medians_are_numpys_bit_for_bit():
+    from lab.evidence.stats import _quantiles, _sorted_median
+
+    rng = np.random.default_rng(20261127)
+    for trial in range(400):
+        n = int(rng.integers(1, 2500))
+        values = rng.random(n) * float(rng.choice([1e-3, 1.0, 1e3])) + float(rng.random())
+        if trial % 5 == 0:
+            values = np.round(values, 2)  # ties
+        qs = (0.025, 0.975) if trial % 2 else (0.0, float(rng.random()), 1.0)  # the ends go to numpy itself
+        assert _quantiles(values, qs) == np.quantile(values, qs).tolist(), (n, qs)
+        ordered = np.sort(values)
+        assert _sorted_median(ordered) == float(np.median(ordered)), n
+    with_nan = np.array([1.0, float("nan"), 2.0, 3.0])
+    assert np.isnan(_quantiles(with_nan, (0.5,))[0])

@@ -52,7 +52,7 @@ OUTPUTS = {"int4-decoder-shapes": ("notes/probes/2026-11-27-h100-int4-decoder-sh
                               "notes/probes/2026-11-27-h100-int4-split-map-slab.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-wide.json",
                               "notes/probes/2026-11-27-h100-int4-split-map-uneven.json",
-                              "notes/probes/2026-11-27-h200-int4-split-map-wide.json")}
+                              "notes/probes/2026-11-27-h200-int4-split-map-wide.json.gz")}
 
 G, BF = 128, torch.bfloat16
 # Whether the kernel at the probe's commit takes a split that does not divide the chunks (uneven runs of K).

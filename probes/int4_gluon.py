@@ -33,9 +33,9 @@ CANDIDATES = ("the Gluon kernel's plan and its variants (groups a chunk, warpgro
               "the lab's Triton int4", "the lab's int8", "tinygemm (_weight_int4pack_mm)")
 SHAPES = "K = 4096, N in 4096, 12288, 14336, 11007, M in 1, 2, 4, 8, 16, bfloat16, G = 128"
 OUTPUTS = {"int4-gluon-1": ("notes/probes/2026-11-27-h100-int4-gluon.json",),
-           "int4-gluon-2": ("notes/probes/2026-11-27-h100-int4-gluon-ring-x-in-ring.json",
-                            "notes/probes/2026-11-27-h100-int4-gluon-ring-x-once.json"),
-           "int4-gluon-3": ("notes/probes/2026-11-27-h100-int4-gluon-final.json",)}
+           "int4-gluon-2": ("notes/probes/2026-11-27-h100-int4-gluon-ring-x-in-ring.json.gz",
+                            "notes/probes/2026-11-27-h100-int4-gluon-ring-x-once.json.gz"),
+           "int4-gluon-3": ("notes/probes/2026-11-27-h100-int4-gluon-final.json.gz",)}
 
 K, GROUP, BF16 = 4096, 128, torch.bfloat16
 NS = (4096, 12288, 14336, 11007)

@@ -36,9 +36,9 @@ QUESTION = ("Which split-K, prefetch and vector settings bring the fused RMSNorm
             "floor for decode and prefill rows?")
 CANDIDATES = ("torch-unfused", "lab:auto", "lab: split-K / tile / vector grids")
 OUTPUTS = {
-    "rmsnorm-h200-1": ("notes/probes/2026-11-22-h200-rmsnorm-probe1-split-k.json",),
-    "rmsnorm-h200-2": ("notes/probes/2026-11-22-h200-rmsnorm-probe2-x-prefetch.json",),
-    "rmsnorm-h200-3": ("notes/probes/2026-11-22-h200-rmsnorm-probe3-vector.json",),
+    "rmsnorm-h200-1": ("notes/probes/2026-11-22-h200-rmsnorm-probe1-split-k.json.gz",),
+    "rmsnorm-h200-2": ("notes/probes/2026-11-22-h200-rmsnorm-probe2-x-prefetch.json.gz",),
+    "rmsnorm-h200-3": ("notes/probes/2026-11-22-h200-rmsnorm-probe3-vector.json.gz",),
 }
 
 K = 4096

@@ -37,8 +37,8 @@ ROW_LENGTHS = (1000, 1531, 2500, 3001, 4500, 6999, 10000, 12345, 20000, 25001, 3
                128256, 151936, 262143)
 DTYPES = (torch.float32, torch.bfloat16)
 SHAPES = tuple((n, str(dt).removeprefix("torch.")) for n in ROW_LENGTHS for dt in DTYPES)
-OUTPUTS = {"any-n-1": ("notes/probes/2026-11-24-h100-any-n-round1.json",),
-           "any-n-1-h200": ("notes/probes/2026-11-27-h200-any-n-round1.json",)}
+OUTPUTS = {"any-n-1": ("notes/probes/2026-11-24-h100-any-n-round1.json.gz",),
+           "any-n-1-h200": ("notes/probes/2026-11-27-h200-any-n-round1.json.gz",)}
 
 
 def main(argv=None) -> int:

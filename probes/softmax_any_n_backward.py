@@ -33,11 +33,11 @@ CANDIDATES = ("lab:auto", "lab:single/*", "lab:split/b*w*", "lab:online*", "lab:
               "liger")
 SHAPES = "2-byte rows of 4,610-28,000 and 6,000-16,000, fp32 split rows of 32,768-262,144; M*N*2 of 256 MiB"
 OUTPUTS = {
-    "any-n-6": ("notes/probes/2026-11-25-h100-any-n-round6.json",),
-    "any-n-7": ("notes/probes/2026-11-25-h100-any-n-round7.json",),
-    "any-n-8": ("notes/probes/2026-11-25-h100-any-n-round8.json",),
-    "any-n-9": ("notes/probes/2026-11-25-h100-any-n-round9.json",),
-    "any-n-10": ("notes/probes/2026-11-25-h100-any-n-round10.json",),
+    "any-n-6": ("notes/probes/2026-11-25-h100-any-n-round6.json.gz",),
+    "any-n-7": ("notes/probes/2026-11-25-h100-any-n-round7.json.gz",),
+    "any-n-8": ("notes/probes/2026-11-25-h100-any-n-round8.json.gz",),
+    "any-n-9": ("notes/probes/2026-11-25-h100-any-n-round9.json.gz",),
+    "any-n-10": ("notes/probes/2026-11-25-h100-any-n-round10.json.gz",),
 }
 
 

@@ -44,9 +44,9 @@ QUESTION = ("Do split rows whose slices meet at a hardware cluster barrier (no t
             "ticketed split-row kernels, in both directions and against the capped tickets?")
 CANDIDATES = ("lab:auto", "lab:cluster{C}x{lanes}w{warps}", "cluster{C}x{lanes}w{warps}r{cap}")
 OUTPUTS = {
-    "any-n-12": ("notes/probes/2026-11-25-h100-any-n-round12.json",),
-    "any-n-13": ("notes/probes/2026-11-25-h100-any-n-round13.json",),
-    "any-n-17": ("notes/probes/2026-11-25-h100-any-n-round17.json",),
+    "any-n-12": ("notes/probes/2026-11-25-h100-any-n-round12.json.gz",),
+    "any-n-13": ("notes/probes/2026-11-25-h100-any-n-round13.json.gz",),
+    "any-n-17": ("notes/probes/2026-11-25-h100-any-n-round17.json.gz",),
 }
 
 

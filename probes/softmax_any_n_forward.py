@@ -33,11 +33,11 @@ QUESTION = ("Which forward schedules hold off-grid rows near the copy ceiling: t
 CANDIDATES = ("lab:auto", "lab:previous", "lab:tail/*", "pipelined/b*w*p*", "lean/*", "persistent/*", "reload/*",
               "torch", "liger")
 OUTPUTS = {
-    "any-n-2": ("notes/probes/2026-11-24-h100-any-n-round2.json",),
-    "any-n-3": ("notes/probes/2026-11-24-h100-any-n-round3.json",),
-    "any-n-4": ("notes/probes/2026-11-24-h100-any-n-round4.json",),
-    "any-n-5": ("notes/probes/2026-11-24-h100-any-n-round5.json",),
-    "any-n-11": ("notes/probes/2026-11-25-h100-any-n-round11.json",),
+    "any-n-2": ("notes/probes/2026-11-24-h100-any-n-round2.json.gz",),
+    "any-n-3": ("notes/probes/2026-11-24-h100-any-n-round3.json.gz",),
+    "any-n-4": ("notes/probes/2026-11-24-h100-any-n-round4.json.gz",),
+    "any-n-5": ("notes/probes/2026-11-24-h100-any-n-round5.json.gz",),
+    "any-n-11": ("notes/probes/2026-11-25-h100-any-n-round11.json.gz",),
 }
 
 

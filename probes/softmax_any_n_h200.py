@@ -5,7 +5,7 @@ Every rule in kernels/softmax_plan.py was measured on the H100. On the H200 (4.2
 experiment softmax-any-n measures its 2-byte forward rows at 58-69% of the copy ceiling from 10,000 lanes on
 (83% at 4,396), where the H100 reaches 77-100%; fp32 rows of the same bytes reach 76-97%. Round 1's neighbours
 of the auto plan (other warps, other split-row slices) were timed on an H200 first
-(notes/probes/2026-11-27-h200-any-n-round1.json) and none gained more than 4 points, so this round times what
+(notes/probes/2026-11-27-h200-any-n-round1.json.gz) and none gained more than 4 points, so this round times what
 round 1 does not vary: what a program keeps in flight.
 
 * rows of one program and a pipelined persistent grid (SoftmaxPlan.stages): 2, 3 and 4 stages at 1-4 programs
@@ -39,7 +39,7 @@ QUESTION = ("On the H200, does any setting of the lab's own kernels (stages and 
             "grid, split-row slices, warps and register caps) bring the 2-byte forward nearer the copy ceiling?")
 CANDIDATES = ("lab:auto", "lab:pipe/h{head}+{tail}w{warps}s{stages}x{per_sm}", "lab:split/b{block}w{warps}",
               "lab:split/b{block}w{warps}-r{cap}")
-OUTPUTS = {"any-n-19": ("notes/probes/2026-11-27-h200-any-n-round19.json",),
+OUTPUTS = {"any-n-19": ("notes/probes/2026-11-27-h200-any-n-round19.json.gz",),
            "any-n-20": ("notes/probes/2026-11-27-h200-any-n-round20.json",
                         "notes/probes/2026-11-27-h100-any-n-round20.json")}
 

@@ -56,7 +56,7 @@ QUESTION = ("Does the 2-byte forward run faster holding its row packed, two elem
             "a register cap?")
 CANDIDATES = ("lab:auto", "packed:split{S}x{lanes}w{warps}r{cap}", "packed:cluster*", "packed:row*", "lab:auto-r{cap}",
               "lab:w*", "torch", "liger")
-OUTPUTS = {"any-n-14": ("notes/probes/2026-11-25-h100-any-n-round14.json",)}
+OUTPUTS = {"any-n-14": ("notes/probes/2026-11-25-h100-any-n-round14.json.gz",)}
 
 # Two -inf elements in one word (the fill of masked words): bf16 0xFF80, fp16 0xFC00, as a signed int32.
 NEG_INF_PAIR = {torch.bfloat16: 0xFF80FF80 - (1 << 32), torch.float16: 0xFC00FC00 - (1 << 32)}

@@ -45,9 +45,9 @@ QUESTION = ("Do round 14's winners, written as plan rules, lose anywhere they ap
             "tail, one pipelined program an SM, register caps on split-row slices?")
 CANDIDATES = ("lab:auto", "lab:half-warps", "lab:wide-head", "lab:one-an-sm", "lab:auto-r{cap}")
 OUTPUTS = {
-    "any-n-15": ("notes/probes/2026-11-25-h100-any-n-round15.json",
-                 "notes/probes/2026-11-25-h100-any-n-round15-adopted.json"),
-    "any-n-16": ("notes/probes/2026-11-25-h100-any-n-round16.json",),
+    "any-n-15": ("notes/probes/2026-11-25-h100-any-n-round15.json.gz",
+                 "notes/probes/2026-11-25-h100-any-n-round15-adopted.json.gz"),
+    "any-n-16": ("notes/probes/2026-11-25-h100-any-n-round16.json.gz",),
 }
 
 HALF_WARPS_LANES = (2048, 4096, 8192)  # one padded block of these lanes: warps halved

@@ -58,7 +58,7 @@ from probes.harness import (  # noqa: E402
 QUESTION = ("Does a split-row forward that stages its 2-byte slices in shared memory, in their storage dtype "
             "(TMA, cp.async or plain loads), hold more bytes in flight and beat the lab's fp32-holding slices?")
 CANDIDATES = ("lab:auto", "tma{slice}w{warps}r{cap}", "cp{slice}w{warps}", "ld{slice}w{warps}")
-OUTPUTS = {"any-n-18": ("notes/probes/2026-11-26-h100-any-n-round18.json",)}
+OUTPUTS = {"any-n-18": ("notes/probes/2026-11-26-h100-any-n-round18.json.gz",)}
 
 BOX = 256  # lanes a row of the shared buffer, and of one bulk tensor copy (a box holds at most 256 a dimension)
 LANES_A_THREAD = 16  # lanes a thread holds of a chunk: two 16-byte vectors of a 2-byte dtype
@@ -70,7 +70,7 @@ COPIES = {"ld": 0, "cp": 1, "tma": 2}
 # (8 bytes spilled), twelve.
 ROUND18_VARIANTS = (("tma", 8192, 4, 0), ("tma", 8192, 4, 40), ("tma", 16384, 4, 0), ("tma", 16384, 8, 0),
                     ("cp", 8192, 4, 0), ("cp", 16384, 8, 0), ("ld", 8192, 4, 0))
-# Round 17's 2-byte split-row lengths (notes/probes/2026-11-25-h100-any-n-round17.json), the powers of two
+# Round 17's 2-byte split-row lengths (notes/probes/2026-11-25-h100-any-n-round17.json.gz), the powers of two
 # and 262,144; fp16 at three of them.
 ROUND18_N = tuple((n, torch.bfloat16) for n in (36481, 41187, 46372, 62058, 65536, 74105, 95290, 129820, 131072,
                                                 262144))

@@ -43,22 +43,22 @@ QUESTION = ("Which launch-plan settings (warps, tails, rows a program, split-row
 CANDIDATES = ("lab:auto", "lab:* settings the dispatch does not expose", "torch", "liger")
 SHAPES = "the sweeps' shapes at M*N = 2^28 (1 GiB of fp32), short rows at M = 4096"
 OUTPUTS = {
-    "speed-h200-1": ("notes/probes/2026-11-22-h200-probe1.json",),
-    "speed-h200-2": ("notes/probes/2026-11-22-h200-probe2-persistent.json",),
-    "speed-h200-3": ("notes/probes/2026-11-22-h200-probe3-lean-tickets.json",),
-    "speed-h200-4": ("notes/probes/2026-11-22-h200-probe4-restored.json",),
-    "speed-h200-5": ("notes/probes/2026-11-22-h200-probe5-tails-short-rows-backoff.json",),
-    "speed-h200-6": ("notes/probes/2026-11-22-h200-probe6-chosen-settings.json",),
-    "speed-4": ("notes/probes/2026-11-22-h100-round4-l2-reuse-and-settings.json",),
-    "speed-5": ("notes/probes/2026-11-22-h100-round5-tails-short-rows-slices-a.json",
-                "notes/probes/2026-11-22-h100-round5-tails-short-rows-slices-b.json"),
-    "speed-6": ("notes/probes/2026-11-22-h100-round6-cache-modifiers-short-rows-backward.json",),
-    "speed-7": ("notes/probes/2026-11-22-h100-round7-lean-split-row-backward-settings.json",),
-    "speed-8": ("notes/probes/2026-11-23-h100-round8-one-row-kernels.json",
+    "speed-h200-1": ("notes/probes/2026-11-22-h200-probe1.json.gz",),
+    "speed-h200-2": ("notes/probes/2026-11-22-h200-probe2-persistent.json.gz",),
+    "speed-h200-3": ("notes/probes/2026-11-22-h200-probe3-lean-tickets.json.gz",),
+    "speed-h200-4": ("notes/probes/2026-11-22-h200-probe4-restored.json.gz",),
+    "speed-h200-5": ("notes/probes/2026-11-22-h200-probe5-tails-short-rows-backoff.json.gz",),
+    "speed-h200-6": ("notes/probes/2026-11-22-h200-probe6-chosen-settings.json.gz",),
+    "speed-4": ("notes/probes/2026-11-22-h100-round4-l2-reuse-and-settings.json.gz",),
+    "speed-5": ("notes/probes/2026-11-22-h100-round5-tails-short-rows-slices-a.json.gz",
+                "notes/probes/2026-11-22-h100-round5-tails-short-rows-slices-b.json.gz"),
+    "speed-6": ("notes/probes/2026-11-22-h100-round6-cache-modifiers-short-rows-backward.json.gz",),
+    "speed-7": ("notes/probes/2026-11-22-h100-round7-lean-split-row-backward-settings.json.gz",),
+    "speed-8": ("notes/probes/2026-11-23-h100-round8-one-row-kernels.json.gz",
                 "notes/probes/2026-11-23-h100-round8-one-row-kernels-tails.json"),
-    "speed-9": ("notes/probes/2026-11-23-h100-round9-one-row-forward.json",),
+    "speed-9": ("notes/probes/2026-11-23-h100-round9-one-row-forward.json.gz",),
     "speed-10": ("notes/probes/2026-11-23-h100-round10-bf16-backward-slices-short-forward.json",),
-    "speed-11": ("notes/probes/2026-11-23-h100-round11-row-offset-width.json",),
+    "speed-11": ("notes/probes/2026-11-23-h100-round11-row-offset-width.json.gz",),
 }
 
 softmax_module = importlib.import_module("kernels.softmax")  # the package's `softmax` attribute is the function

@@ -4,6 +4,7 @@ them, byte for byte the same twice, skipping (and naming) an output that fails v
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import pkgutil
@@ -43,8 +44,9 @@ def test_every_probe_declares_what_it_asks_times_and_wrote():
 
 
 def test_every_raw_output_the_notes_cite_has_a_round():
-    cited = {p for p in (ROOT / "notes" / "probes").glob("*.json")
-             if any(p.name in n.read_text(encoding="utf-8") for n in (ROOT / "notes").glob("*.md"))}
+    outputs = [*(ROOT / "notes" / "probes").glob("*.json"), *(ROOT / "notes" / "probes").glob("*.json.gz")]
+    cited = {p for p in outputs if not p.name.endswith("-record.json.gz")  # run records kept beside the notes
+             and any(p.name in n.read_text(encoding="utf-8") for n in (ROOT / "notes").glob("*.md"))}
     rounds, _ = load_rounds(ROOT)
     listed = {ROOT / o for r in rounds for o in r.outputs}
     assert cited and cited <= listed, sorted(str(p) for p in cited - listed)
@@ -63,24 +65,27 @@ def test_a_bad_output_is_skipped_and_named(tmp_path):
     shutil.copytree(ROOT / "notes", tmp_path / "notes")
     (tmp_path / "probes").mkdir()
     shutil.copy(ROOT / "probes" / "rounds.toml", tmp_path / "probes" / "rounds.toml")
-    bad = tmp_path / "notes" / "probes" / "2026-11-24-h100-any-n-round1.json"
-    data = json.loads(bad.read_text())
+    bad = tmp_path / "notes" / "probes" / "2026-11-24-h100-any-n-round1.json.gz"
+    data = json.loads(gzip.decompress(bad.read_bytes()))
     data["rows"][0]["pct"] = float("nan")
-    bad.write_text(json.dumps(data))
-    (tmp_path / "notes" / "probes" / "2026-11-24-h100-any-n-round2.json").write_text("[1, 2]")
+    bad.write_bytes(gzip.compress(json.dumps(data).encode()))
+    (tmp_path / "notes" / "probes" / "2026-11-24-h100-any-n-round2.json.gz").write_bytes(gzip.compress(b"[1, 2]"))
+    (tmp_path / "notes" / "probes" / "2026-11-24-h100-any-n-round4.json.gz").write_bytes(b"not gzip")
     pages, problems = render_notebook(tmp_path)
     assert "probes/any-n-1.md" not in pages and "probes/any-n-2.md" not in pages and "probes/any-n-3.md" in pages
+    assert "probes/any-n-4.md" not in pages
     assert any("round1.json" in p and "rows[0].pct" in p for p in problems)
     assert any("round2.json" in p and "JSON object" in p for p in problems)
+    assert any("round4.json.gz" in p and "gzip" in p for p in problems)
 
 
 def test_hostile_text_in_an_output_stays_inert(tmp_path):
     shutil.copytree(ROOT / "notes", tmp_path / "notes")
     (tmp_path / "probes").mkdir()
     shutil.copy(ROOT / "probes" / "rounds.toml", tmp_path / "probes" / "rounds.toml")
-    path = tmp_path / "notes" / "probes" / "2026-11-25-h100-any-n-round17.json"
-    data = json.loads(path.read_text())
+    path = tmp_path / "notes" / "probes" / "2026-11-25-h100-any-n-round17.json.gz"
+    data = json.loads(gzip.decompress(path.read_bytes()))
     data["gpu"] = "<script>alert(1)</script> | [x](javascript:alert(1))"
-    path.write_text(json.dumps(data))
+    path.write_bytes(gzip.compress(json.dumps(data).encode()))
     page = render_notebook(tmp_path)[0]["probes/any-n-17.md"]
     assert "<script>" not in page and "](javascript:" not in page

@@ -9,6 +9,7 @@ output gets no page. Every string from an output reaches the page through lab.pu
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
@@ -72,7 +73,21 @@ def load_output(root: Path, rel: str):
     path = root / rel
     if not path.is_file() or path.stat().st_size > MAX_BYTES:
         raise ValueError(f"expected a file of at most {MAX_BYTES} bytes")
-    text = path.read_text(encoding="utf-8")
+    if rel.endswith(".gz"):  # large outputs are kept compressed; read no more than MAX_BYTES of their text
+        try:
+            with gzip.open(path, "rb") as f:
+                raw = f.read(MAX_BYTES + 1)
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"expected a gzip-compressed file ({exc})") from None
+        if len(raw) > MAX_BYTES:
+            raise ValueError(f"expected at most {MAX_BYTES} bytes once decompressed")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError("expected UTF-8 text once decompressed") from None
+        rel = rel[:-3]
+    else:
+        text = path.read_text(encoding="utf-8")
     if rel.endswith(".txt"):
         return text
     data = json.loads(text, parse_constant=lambda c: float(c))

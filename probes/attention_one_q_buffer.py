@@ -1,0 +1,158 @@
+"""GPU probe: is the persistent Gluon forward's dearer key tile the cost of its second Q buffer?
+(kernels/attention_gluon.py)
+
+    python probes/attention_one_q_buffer.py OUT_DIR     (writes OUT_DIR/attention_one_q_buffer.json)
+
+Round attention-fixed-cost found that the persistent grid pays about 3% more a key tile than the plan, with a
+key loop that is the plan's instruction for instruction; round attention-ramp-overlap found a persistent kernel
+with one Q buffer (164 KB of shared memory a program, as the plan) paying 4% less a key tile than the plan,
+where the persistent grid holds two (197 KB). This probe takes the persistent kernel exactly as built and changes
+only the number of Q buffers: with one, the loader brings the next tile's Q once both consumers are done with
+the last one's. Same walk as those rounds: 2,048 query tiles (8 x 16 heads of 2,048 queries), head dim 128,
+bf16, no mask, keys 128 to 4,096; T(n) = a + b·n fitted from 4 key tiles on. Every candidate's output must equal
+the plan's bit for bit before it is timed (the median of three triton.testing.do_bench medians, the L2 flushed
+between calls: GPU time). A tuning instrument, not evidence: the site's figures come only from run records.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kernels.attention import attention_fwd, plan_attention  # noqa: E402
+from kernels.attention_gluon import (  # noqa: E402
+    MAXNREG, NUM_WARPS, _consumer, _consumer_1, _loader, launch_args)
+
+QUESTION = "Is the persistent Gluon forward's dearer key tile the cost of its second Q buffer's shared memory?"
+CANDIDATES = ("the plan: one program a query tile", "the persistent grid as built (two Q buffers)",
+              "the persistent grid with one Q buffer")
+SHAPES = "head dim 128, bf16, no mask; 8 x 16 heads of 2,048 queries (2,048 query tiles); keys 128-4,096"
+OUTPUTS: dict[str, tuple[str, ...]] = {}  # not yet run on a GPU
+
+BATCH, HEADS, SEQ_Q, HEAD_DIM, BF = 8, 16, 2048, 128, torch.bfloat16
+KEYS = (128, 256, 512, 1024, 2048, 4096)
+FIT_FROM = 4
+REPEATS = 3
+
+
+@gluon.jit
+def _one_q_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq_k, n_heads, group, n_bh, qk_scale,
+                  stride_ob, stride_oh, stride_os, stride_mb, stride_mk, HEAD_DIM: gl.constexpr,
+                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr,
+                  PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, EXP_SPLIT: gl.constexpr,
+                  CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    # kernels/attention_gluon.py's kernel with Q_BUFFERS = 1 on a persistent grid; nothing else changed.
+    wg_m: gl.constexpr = q_desc.block_type.shape[2]
+    n_blocks_m = gl.cdiv(seq_q, 2 * wg_m)
+    Q_BUFFERS: gl.constexpr = 1
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar.index(0), count=1)
+    mbarrier.init(q_free.index(0), count=2)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_free.index(i), count=2)
+        mbarrier.init(v_free.index(i), count=2)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_consumer, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                     mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
+                     stride_mb, stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS,
+                     EXP_SPLIT)),
+        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                       mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
+                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS,
+                       EXP_SPLIT)),
+        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
+                   seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS)),
+    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+def one_q_fwd(q, k, v, causal: bool, scale: float, stages: int) -> torch.Tensor:
+    """O from the persistent kernel with one Q buffer (one program an SM)."""
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    programs = torch.cuda.get_device_properties(q.device).multi_processor_count
+    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, None, False, programs, False)
+    _one_q_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
+    return o
+
+
+def _fit(tiles: list[int], times: list[float]) -> dict:
+    n = torch.tensor(tiles, dtype=torch.float64)
+    t = torch.tensor(times, dtype=torch.float64)
+    design = torch.stack([torch.ones_like(n), n], dim=1)
+    a, b = torch.linalg.lstsq(design, t[:, None]).solution[:, 0].tolist()
+    worst = float(((design @ torch.tensor([a, b], dtype=torch.float64)) / t - 1).abs().max())
+    return {"fixed_us": a, "per_key_tile_us": b, "worst_residual": worst}
+
+
+def main() -> int:
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    props = torch.cuda.get_device_properties(0)
+    facts = {"device": torch.cuda.get_device_name(), "sms": props.multi_processor_count, "torch": torch.__version__,
+             "triton": triton.__version__, "clock": "GPU time (do_bench, L2 flushed)", "question": QUESTION,
+             "shapes": SHAPES, "rows": [], "fits": {}}
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(20261127)
+    scale = HEAD_DIM ** -0.5
+    q = torch.randn(BATCH, HEADS, SEQ_Q, HEAD_DIM, device="cuda", dtype=BF, generator=gen)
+    ok = True
+    for seq_k in KEYS:
+        k, v = (torch.randn(BATCH, HEADS, seq_k, HEAD_DIM, device="cuda", dtype=BF, generator=gen) for _ in range(2))
+        plan = plan_attention(SEQ_Q, HEAD_DIM, BF, False, seq_k=seq_k, impl="gluon")
+        runs = {"plan": lambda p=plan: attention_fwd(q, k, v, False, scale, p)[0],
+                "persistent": lambda p=replace(plan, persistent=True): attention_fwd(q, k, v, False, scale, p)[0],
+                "persistent-1q": lambda p=plan: one_q_fwd(q, k, v, False, scale, p.num_stages)}
+        row = {"seq_k": seq_k, "key_tiles": seq_k // 128, "query_tiles": BATCH * HEADS * SEQ_Q // 128}
+        reference = runs["plan"]()
+        for name, fn in runs.items():
+            equal = bool(torch.equal(fn(), reference))
+            row[name] = {"equal_to_plan": equal}
+            if not equal:
+                ok = False
+                row[name]["error"] = "differs from the plan: not timed"
+                continue
+            row[name]["us"] = 1e3 * statistics.median(
+                triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(REPEATS))
+        facts["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    slots = facts["rows"][0]["query_tiles"] / props.multi_processor_count
+    for name in ("plan", "persistent", "persistent-1q"):
+        kept = [r for r in facts["rows"] if r["key_tiles"] >= FIT_FROM and "us" in r[name]]
+        if len(kept) >= 3:
+            fit = _fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
+            fit["fixed_us_a_query_tile_slot"] = fit["fixed_us"] / slots
+            facts["fits"][name] = fit
+    facts["all_correct"] = ok
+    (out_dir / "attention_one_q_buffer.json").write_text(json.dumps(facts, indent=1))
+    print(json.dumps(facts["fits"], indent=1))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

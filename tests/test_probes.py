@@ -89,3 +89,22 @@ def test_hostile_text_in_an_output_stays_inert(tmp_path):
     path.write_bytes(gzip.compress(json.dumps(data).encode()))
     page = render_notebook(tmp_path)[0]["probes/any-n-17.md"]
     assert "<script>" not in page and "](javascript:" not in page
+
+
+def test_rows_holding_one_result_a_candidate_are_summarised_per_candidate():
+    from lab.publish.notebook import _candidates_table
+
+    rows = [{"seq_k": 128, "plan": {"us": 10.0, "rel_error": 1e-3}, "cudnn": {"us": 4.0}, "fast": {"error": "wrong"}},
+            {"seq_k": 256, "plan": {"us": 30.0}, "cudnn": {"us": float("inf")}, "shape": {"batch": 2}}]
+    table = "\n".join(_candidates_table(rows))
+    assert "median µs" in table
+    assert "| `plan` | 2 | 20 | 10 | 30 | 0 |" in table  # two shapes, their median, min and max
+    assert "| `cudnn` | 1 | 4 | 4 | 4 | 0 |" in table  # a value that is no finite number is no timing
+    assert "| `fast` | 0 | – | – | – | 1 |" in table
+    assert "`shape`" not in table  # an object with neither a timing nor an error is no candidate
+    # rows that name their candidate keep that form, and rows with neither still say so
+    flat = "\n".join(_candidates_table([{"variant": "a", "tflops": 2.0}, {"variant": "b", "error": "x"}]))
+    assert "median TFLOP/s" in flat and "| `a` | 1 | 2 | 2 | 2 | 0 |" in flat and "| `b` | 0 |" in flat
+    assert _candidates_table([{"seq_k": 1}]) == ["1 rows; no candidate names or timings to summarise."]
+    page = render_notebook(ROOT)[0]["probes/attention-fixed-cost.md"]
+    assert "no candidate names" not in page and "`cudnn`" in page and "`persistent`" in page

@@ -113,17 +113,32 @@ def _fmt(v) -> str:
     return f"{v:,}" if isinstance(v, int) else f"{v:,.3g}" if abs(v) < 100 else f"{v:,.1f}"
 
 
+def _is_number(v) -> bool:
+    """A finite number (a nested result's values are not checked on loading: a non-finite one is no timing)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _wide_results(rows: list[dict]) -> list[tuple[str, dict]]:
+    """(candidate, result) of rows that hold one object a candidate ({"plan": {"us": ...}, "cudnn": {...}}):
+    every object value of a row that has a metric or an error."""
+    return [(str(k), v) for r in rows for k, v in r.items() if isinstance(v, dict)
+            and ("error" in v or any(_is_number(v.get(m)) for m, _ in METRICS))]
+
+
 def _candidates_table(rows: list[dict]) -> list[str]:
     name_key = next((k for k in NAME_KEYS if any(k in r for r in rows)), None)
-    metric = next(((k, label) for k, label in METRICS if any(isinstance(r.get(k), (int, float)) for r in rows)), None)
-    if name_key is None or metric is None:
+    metric = next(((k, label) for k, label in METRICS if any(_is_number(r.get(k)) for r in rows)), None)
+    results = [(str(r.get(name_key, "?")), r) for r in rows] if name_key is not None and metric is not None else []
+    if not results:  # one object a candidate in each row instead of one row a candidate
+        results = _wide_results(rows)
+        metric = next(((k, label) for k, label in METRICS if any(_is_number(v.get(k)) for _, v in results)), None)
+    if not results or metric is None:
         return [f"{len(rows)} rows; no candidate names or timings to summarise."]
     key, label = metric
     by: dict[str, list[float]] = {}
     failed: dict[str, int] = {}
-    for r in rows:
-        name = str(r.get(name_key, "?"))
-        if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool):
+    for name, r in results:
+        if _is_number(r.get(key)):
             by.setdefault(name, []).append(float(r[key]))
         elif "error" in r:
             failed[name] = failed.get(name, 0) + 1

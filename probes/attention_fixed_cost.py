@@ -34,6 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
+from probes.harness import line_fit  # noqa: E402
 
 QUESTION = ("Of the Gluon forward's fixed cost a query tile, how much is the program's launch and first loads, "
             "which a persistent grid hides, and how much the consumers' own ramp and epilogue?")
@@ -60,15 +61,6 @@ def _reference_error(out: torch.Tensor, q, k, v, scale: float) -> float:
     ref = torch.softmax(q64 @ k64.T * scale, dim=-1) @ v64
     return float((out[0, 0].double() - ref).norm() / ref.norm())
 
-
-def _fit(keys_tiles: list[int], times_us: list[float]) -> dict:
-    """Least squares of T = a + b·n over the key tiles n: a (µs), b (µs a key tile), the worst residual."""
-    n = torch.tensor(keys_tiles, dtype=torch.float64)
-    t = torch.tensor(times_us, dtype=torch.float64)
-    design = torch.stack([torch.ones_like(n), n], dim=1)
-    a, b = torch.linalg.lstsq(design, t[:, None]).solution[:, 0].tolist()
-    worst = float(((design @ torch.tensor([a, b], dtype=torch.float64)) / t - 1).abs().max())
-    return {"fixed_us": a, "per_key_tile_us": b, "worst_residual": worst}
 
 
 def main() -> int:
@@ -116,7 +108,7 @@ def main() -> int:
             rows = [r for r in facts["rows"] if r["batch"] == batch and "us" in r[name]]
             for label, kept in (("", [r for r in rows if r["key_tiles"] >= FIT_FROM]), (" all", rows)):
                 if len(kept) >= 3:
-                    fit = _fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
+                    fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
                     slots = kept[0]["query_tiles"] / props.multi_processor_count
                     fit["fixed_us_a_query_tile_slot"] = fit["fixed_us"] / slots
                     facts["fits"][f"{name} B={batch}{label}"] = fit

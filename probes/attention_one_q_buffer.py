@@ -31,6 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
+from probes.harness import line_fit  # noqa: E402
 from kernels.attention_gluon import (  # noqa: E402
     MAXNREG, NUM_WARPS, _consumer, _consumer_1, _loader, launch_args)
 
@@ -101,14 +102,6 @@ def one_q_fwd(q, k, v, causal: bool, scale: float, stages: int) -> torch.Tensor:
     return o
 
 
-def _fit(tiles: list[int], times: list[float]) -> dict:
-    n = torch.tensor(tiles, dtype=torch.float64)
-    t = torch.tensor(times, dtype=torch.float64)
-    design = torch.stack([torch.ones_like(n), n], dim=1)
-    a, b = torch.linalg.lstsq(design, t[:, None]).solution[:, 0].tolist()
-    worst = float(((design @ torch.tensor([a, b], dtype=torch.float64)) / t - 1).abs().max())
-    return {"fixed_us": a, "per_key_tile_us": b, "worst_residual": worst}
-
 
 def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
@@ -145,7 +138,7 @@ def main() -> int:
     for name in ("plan", "persistent", "persistent-1q"):
         kept = [r for r in facts["rows"] if r["key_tiles"] >= FIT_FROM and "us" in r[name]]
         if len(kept) >= 3:
-            fit = _fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
+            fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
             fit["fixed_us_a_query_tile_slot"] = fit["fixed_us"] / slots
             facts["fits"][name] = fit
     facts["all_correct"] = ok

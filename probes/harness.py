@@ -1,6 +1,6 @@
 """What every probe shares: the header and writer of its JSON output, the two clocks it times on, the softmax
-shape machinery the any-N rounds reuse, the compiler's reading of a kernel's registers, and the int4 Gluon
-probes' plain operand.
+shape machinery the any-N rounds reuse, the compiler's reading of a kernel's registers, the int4 Gluon
+probes' plain operand, and the attention probes' line fit.
 
 A probe is a tuning instrument, never evidence: the site's figures come from run records alone. Each probe
 module declares, as module-level data, the question it asks (`QUESTION`), what it times (`CANDIDATES`), at
@@ -113,6 +113,17 @@ def write_output(path: Path, result: dict) -> None:
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """‖out − ref‖ / ‖ref‖ in float64."""
     return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def line_fit(xs: list[int], times: list[float]) -> dict:
+    """Least squares of T = a + b·x: {"fixed_us": a, "per_key_tile_us": b, "worst_residual": the largest
+    |fit / T - 1|} (the attention probes' split of a time into a fixed part and a cost a key tile)."""
+    x = torch.tensor(xs, dtype=torch.float64)
+    t = torch.tensor(times, dtype=torch.float64)
+    design = torch.stack([torch.ones_like(x), x], dim=1)
+    a, b = torch.linalg.lstsq(design, t[:, None]).solution[:, 0].tolist()
+    worst = float(((design @ torch.tensor([a, b], dtype=torch.float64)) / t - 1).abs().max())
+    return {"fixed_us": a, "per_key_tile_us": b, "worst_residual": worst}
 
 
 def held_times(candidates, rounds: int = 30, warmup: int = 3) -> dict[str, float]:

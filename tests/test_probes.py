@@ -108,3 +108,16 @@ def test_rows_holding_one_result_a_candidate_are_summarised_per_candidate():
     assert _candidates_table([{"seq_k": 1}]) == ["1 rows; no candidate names or timings to summarise."]
     page = render_notebook(ROOT)[0]["probes/attention-fixed-cost.md"]
     assert "no candidate names" not in page and "`cudnn`" in page and "`persistent`" in page
+
+
+def test_the_attention_line_fit_reproduces_the_fits_its_rounds_recorded():
+    from probes.harness import line_fit
+
+    data = json.loads((ROOT / "notes/probes/2026-11-27-h100-attention-ramp-overlap-timed.json").read_text())
+    for name, recorded in data["fits"].items():
+        kept = [r for r in data["walk"] if r["key_tiles"] >= 4 and "us" in r[name]]
+        fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
+        assert all(abs(fit[k] - recorded[k]) <= 1e-9 * abs(recorded[k]) for k in fit), (name, fit, recorded)
+    exact = line_fit([1, 2, 4], [5.0, 7.0, 11.0])  # T = 3 + 2n
+    assert abs(exact["fixed_us"] - 3) < 1e-12 and abs(exact["per_key_tile_us"] - 2) < 1e-12
+    assert exact["worst_residual"] < 1e-12

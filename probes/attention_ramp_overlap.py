@@ -184,6 +184,9 @@ def _overlap_consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_
         t_next = t + gl.num_programs(0)
         nqb = (i + 1) % Q_BUFFERS
         nq_view = q_smem.index(2 * nqb + WG).reshape([wg_m, HEAD_DIM])
+        # The two branches keep their asynchronous products under names of their own: an asynchronous result
+        # assigned to one name in both is yielded out of the branch, and in a worker partition O then came out
+        # wrong (notes/attention.md, round attention-ramp-overlap).
         if t_next < n_total:
             # Tile i + 1's S_0 first, then tile i's last value product; the softmax of S_0 runs under the latter.
             nb, nh, nbh, nrow0, nn_tiles, nlimit, nn_full = _tile_rows(t_next, WG, seq_q, seq_k, n_heads,

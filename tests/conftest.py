@@ -36,6 +36,29 @@ def pytest_configure(config):
     DEVICE = "cuda" if HAS_CUDA else "cpu"
     if os.environ.get("TRITON_INTERPRET") == "1":
         _speed_up_the_interpreter()
+    if not HAS_CUDA and os.environ.get("KERNEL_LAB_TEST_INDUCTOR") != "1":
+        _compile_with_aot_eager(torch)
+
+
+def _compile_with_aot_eager(torch) -> None:
+    """Without CUDA, torch.compile with inductor (its default) compiles with aot_eager instead: the same capture
+    by dynamo and AOTAutograd (graph breaks under fullgraph, guards, recompiles, the backward graph), run by
+    torch's own kernels instead of inductor's generated C++. No record ever measures inductor's CPU code: on a
+    GPU, where the peers are timed, inductor writes Triton kernels, and the GPU tests compile with it unchanged.
+    Inductor's first compile in a process costs about 5 s (its import and the C++ build); the two workers paid
+    it in every test that ran a torch.compile peer. KERNEL_LAB_TEST_INDUCTOR=1 keeps inductor."""
+    import functools
+
+    real = getattr(torch.compile, "replaced", torch.compile)
+
+    @functools.wraps(real)
+    def compile(model=None, *, backend="inductor", mode=None, options=None, **kwargs):
+        if backend == "inductor":  # aot_eager takes neither inductor's mode nor its options
+            return real(model, backend="aot_eager", **kwargs)
+        return real(model, backend=backend, mode=mode, options=options, **kwargs)
+
+    compile.replaced = real
+    torch.compile = compile
 
 
 def _hands_out_tests_only(config) -> bool:

@@ -220,3 +220,26 @@ def test_a_block_type_is_made_as_triton_makes_it_or_refused_alike():
                     assert fast[-1] == before[-1] and fast[-1].shape is not before[-1].shape
     a, b = core.block_type(tl.float32, [4, 4]), core.block_type(tl.float32, [4, 4])
     assert a.shape is not b.shape, "each type its own shape"
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or os.environ.get("KERNEL_LAB_TEST_INDUCTOR") == "1",
+                    reason="only without CUDA does torch.compile's default backend become aot_eager")
+def test_without_cuda_torch_compile_keeps_dynamos_capture_and_skips_inductor():
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    x = torch.randn(3, 5)
+    f = torch.compile(lambda t: torch.softmax(t, -1) * 2.0, fullgraph=True, mode="max-autotune")
+    torch.testing.assert_close(f(x), torch.softmax(x, -1) * 2.0)
+    assert counters["aot_autograd"]["ok"] == 1 and not counters["inductor"], dict(counters)
+
+    def breaks(t):  # a graph break still fails under fullgraph, as it would on a GPU
+        torch._dynamo.graph_break()
+        return t + 1
+
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(breaks, fullgraph=True)(x)
+    named = torch.compile(lambda t: t * 3.0, backend="eager")  # a backend named is kept
+    torch.testing.assert_close(named(x), x * 3.0)
+    assert not counters["inductor"]

@@ -8,10 +8,11 @@ key loop that is the plan's instruction for instruction; round attention-ramp-ov
 with one Q buffer (164 KB of shared memory a program, as the plan) paying 4% less a key tile than the plan,
 where the persistent grid holds two (197 KB). This probe takes the persistent kernel exactly as built and changes
 only the number of Q buffers: with one, the loader brings the next tile's Q once both consumers are done with
-the last one's. Same walk as those rounds: 2,048 query tiles (8 x 16 heads of 2,048 queries), head dim 128,
-bf16, no mask, keys 128 to 4,096; T(n) = a + b·n fitted from 4 key tiles on. Every candidate's output must equal
-the plan's bit for bit before it is timed (the median of three triton.testing.do_bench medians, the L2 flushed
-between calls: GPU time). A tuning instrument, not evidence: the site's figures come only from run records.
+the last one's. That kernel is the project's own, launched on the persistent grid with its PERSISTENT flag off
+(the flag chooses the Q buffers and nothing else). Same walk as those rounds: 2,048 query tiles (8 x 16 heads of
+2,048 queries), head dim 128, bf16, no mask, keys 128 to 4,096; T(n) = a + b·n fitted from 4 key tiles on. Every
+candidate's output must equal the plan's bit for bit before it is timed (the median of three
+triton.testing.do_bench medians, the L2 flushed between calls: GPU time). A tuning instrument, not evidence: the site's figures come only from run records.
 """
 
 from __future__ import annotations
@@ -24,16 +25,12 @@ from pathlib import Path
 
 import torch
 import triton
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from probes.harness import line_fit  # noqa: E402
-from kernels.attention_gluon import (  # noqa: E402
-    MAXNREG, NUM_WARPS, _consumer, _consumer_1, _loader, launch_args)
+from kernels.attention_gluon import MAXNREG, NUM_WARPS, _attention_fwd_gluon_kernel, launch_args  # noqa: E402
 
 QUESTION = "Is the persistent Gluon forward's dearer key tile the cost of its second Q buffer's shared memory?"
 CANDIDATES = ("the plan: one program a query tile", "the persistent grid as built (two Q buffers)",
@@ -47,60 +44,16 @@ FIT_FROM = 4
 REPEATS = 3
 
 
-@gluon.jit
-def _one_q_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq_k, n_heads, group, n_bh, qk_scale,
-                  stride_ob, stride_oh, stride_os, stride_mb, stride_mk, HEAD_DIM: gl.constexpr,
-                  BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr,
-                  PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, EXP_SPLIT: gl.constexpr,
-                  CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
-    # kernels/attention_gluon.py's kernel with Q_BUFFERS = 1 on a persistent grid; nothing else changed.
-    wg_m: gl.constexpr = q_desc.block_type.shape[2]
-    n_blocks_m = gl.cdiv(seq_q, 2 * wg_m)
-    Q_BUFFERS: gl.constexpr = 1
-    dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape, q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
-    q_free = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar.index(0), count=1)
-    mbarrier.init(q_free.index(0), count=2)
-    mbarrier.init(turn.index(0), count=1)
-    mbarrier.init(turn.index(1), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_free.index(i), count=2)
-        mbarrier.init(v_free.index(i), count=2)
-    fence_async_shared()
-    gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
-                     mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
-                     stride_mb, stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS,
-                     EXP_SPLIT)),
-        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
-                       mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
-                       stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS,
-                       EXP_SPLIT)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
-                   seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS)),
-    ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
-
-
 def one_q_fwd(q, k, v, causal: bool, scale: float, stages: int) -> torch.Tensor:
-    """O from the persistent kernel with one Q buffer (one program an SM)."""
+    """O from kernels/attention_gluon.py's kernel on the persistent grid (one program an SM) with one Q buffer.
+    Its PERSISTENT flag chooses the Q buffers and nothing else (every program walks tiles pid, pid + grid, ...
+    whatever the grid), so the grid of launch_args' persistent launch with PERSISTENT off is exactly that."""
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     programs = torch.cuda.get_device_properties(q.device).multi_processor_count
     grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, None, False, programs, False)
-    _one_q_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
+    _attention_fwd_gluon_kernel[grid](*args, **{**meta, "PERSISTENT": False}, num_warps=NUM_WARPS, maxnreg=MAXNREG)
     return o
-
 
 
 def main() -> int:

@@ -44,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
+from kernels.reference_attention import attention_float64  # noqa: E402
 from probes.harness import line_fit  # noqa: E402
 from kernels.attention_gluon import (  # noqa: E402
     _LN2, MAXNREG, NUM_WARPS, _consume_tiles, _loader, _query_tile, _softmax_tile, launch_args)
@@ -189,9 +190,9 @@ def _overlap_consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_
         # wrong (notes/attention.md, round attention-ramp-overlap).
         if t_next < n_total:
             # Tile i + 1's S_0 first, then tile i's last value product; the softmax of S_0 runs under the latter.
-            nb, nh, nbh, nrow0, nn_tiles, nlimit, nn_full = _tile_rows(t_next, WG, seq_q, seq_k, n_heads,
-                                                                       n_blocks_m, BLOCK_N, wg_m, CAUSAL,
-                                                                       KEY_MASK, s_layout)
+            # The next tile's batch (for its key mask) and row limits; the rest is worked out again at its turn.
+            nb, _, _, _, _, nlimit, _ = _tile_rows(t_next, WG, seq_q, seq_k, n_heads, n_blocks_m, BLOCK_N, wg_m,
+                                                   CAUSAL, KEY_MASK, s_layout)
             nmask_base = mask_ptr
             if KEY_MASK:
                 nmask_base += nb.to(gl.int64) * stride_mb
@@ -299,22 +300,6 @@ def compile_overlap_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, ke
     return compile_kernel_for_sm90(_overlap_kernel, args, {**meta, "Q_BUFFERS": q_buffers}, NUM_WARPS, MAXNREG)
 
 
-def _reference(q, k, v, scale: float, causal: bool, key_mask) -> torch.Tensor:
-    """float64 attention with the lab's rules (GQA by repeating heads; causal aligned to the last key; rows
-    that see no key give zeros)."""
-    group = q.shape[1] // k.shape[1]
-    q64, k64, v64 = q.double(), k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
-    s = q64 @ k64.transpose(-1, -2) * scale
-    seen = torch.ones(s.shape[-2:], dtype=torch.bool, device=q.device)
-    if causal:
-        seen = torch.ones_like(seen).tril(s.shape[-1] - s.shape[-2])
-    seen = seen[None, None]
-    if key_mask is not None:
-        seen = seen & key_mask[:, None, None, :]
-    p = torch.softmax(s.masked_fill(~seen, -math.inf), dim=-1).nan_to_num(0.0)
-    return p @ v64
-
-
 # The overlapping kernel's forms: Q buffers a program.
 OVERLAPS = {"overlap": 1, "overlap-2q": 2}
 
@@ -331,7 +316,7 @@ def _checks(gen) -> list[dict]:
         scale = 1 / math.sqrt(head_dim)
         plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
         o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
-        ref = _reference(q, k, v, scale, causal, key_mask)
+        ref = attention_float64(q, k, v, causal, scale, key_mask=key_mask)
         row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "dtype": str(dtype).split(".")[-1],
                "causal": causal, "key_mask": masked,
                "plan_rel_error": float((o_plan.double() - ref).norm() / ref.norm().clamp_min(1e-30))}

@@ -46,6 +46,7 @@ prepack_int4's weight.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 import triton
@@ -54,6 +55,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
 
 from kernels._gemv import DEFAULT_SM_COUNT, device_sm_count, workspace
+from kernels._launch import aligned, bind
 from kernels.quantize import GROUP_SIZES, INT4_OFFSET, check_group_size, unpack_int4
 
 BLOCK_ROWS = 64  # rows of W a warpgroup holds (the wgmma's M)
@@ -226,6 +228,11 @@ class Int4Prepacked:
         """(w_packed uint8 [N, K/2], scales [N, K/G]) in quantize_int4's layout (unprepack_int4)."""
         return unprepack_int4(self)
 
+    @cached_property
+    def words(self) -> torch.Tensor:
+        """`weight` viewed as the int32 words the kernel loads (one view, made on first use)."""
+        return self.weight.view(torch.int32)
+
 
 def prepack_int4(w_packed: torch.Tensor, scales: torch.Tensor, group_size: int = 128) -> Int4Prepacked:
     """quantize_int4's (w_packed uint8 [N, K/2], scales [N, K/G]) reordered for _int4_gemv_kernel: an
@@ -329,6 +336,12 @@ def gluon_refusal(capability: tuple[int, int] | None, interpreter: bool, dtype: 
     return None
 
 
+# Bound launches (kernels/_launch.py) by everything that picks the compiled kernel and its fixed arguments:
+# `kernel[grid]` spent 70-150 us of host time a call here (notes/dequant-linear.md), several times the GPU's.
+_LAUNCHERS: dict[tuple, object] = {}
+_MAX_LAUNCHERS = 1024
+
+
 def int4_linear_gluon(x: torch.Tensor, packed: Int4Prepacked, group_size: int, out: torch.Tensor | None = None,
                       gpc: int | None = None, wg: int | None = None, per_sm: float | None = None) -> torch.Tensor:
     """x [M, K] (bfloat16 or float16, 1 <= M <= 64, unit stride along K) @ W^T for prepack_int4's W: [M, N] in
@@ -359,11 +372,21 @@ def int4_linear_gluon(x: torch.Tensor, packed: Int4Prepacked, group_size: int, o
         part, counts = workspace(n_tiles * meta["SPLIT"] * block_n * meta["MP"], n_tiles, x.device)
     else:
         part, counts = out, out
-    offset_bits, sub = _OFFSET[x.dtype]
-    _int4_gemv_kernel[(n_tiles * meta["SPLIT"], )](
-        x, packed.weight.view(torch.int32), packed.scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0),
-        packed.scales.stride(0), out.stride(0), MAGIC_BITS=_MAGIC[x.dtype][0], OFFSET_BITS=offset_bits, SUB=sub,
-        **meta)
+    scales = packed.scales
+    key = (x.device, x.dtype, scales.dtype, n_rows, n_cols, n_features, x.stride(0), scales.stride(0),
+           out.stride(0), *meta.values(), aligned(x), aligned(packed.weight), aligned(scales), aligned(out),
+           aligned(part), aligned(counts))
+    launch = _LAUNCHERS.get(key)
+    if launch is None:  # bound once per specialisation: later calls pass their tensors and nothing else
+        offset_bits, sub = _OFFSET[x.dtype]
+        args = (x, packed.words, scales, out, part, counts, n_rows, n_cols, n_features, x.stride(0),
+                scales.stride(0), out.stride(0))
+        launch = bind(_int4_gemv_kernel, (n_tiles * meta["SPLIT"], ), args, varying=6, MAGIC_BITS=_MAGIC[x.dtype][0],
+                      OFFSET_BITS=offset_bits, SUB=sub, **meta)
+        if len(_LAUNCHERS) >= _MAX_LAUNCHERS:
+            _LAUNCHERS.clear()
+        _LAUNCHERS[key] = launch
+    launch(x, packed.words, scales, out, part, counts)
     return out
 
 

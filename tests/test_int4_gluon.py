@@ -138,6 +138,41 @@ def test_deterministic():
         assert torch.equal(ig.int4_linear_gluon(x, packed, 128), first)
 
 
+@gpu
+@pytest.mark.parametrize("m,n,k,dtype", [(1, 4096, 4096, torch.bfloat16), (16, 1000, 4096, torch.float16),
+                                         (64, 100, 1024, torch.bfloat16), (5, 4096, 11008, torch.bfloat16)])
+def test_bound_launch_equals_the_jit_launch(m, n, k, dtype):
+    # int4_linear_gluon launches through a bound launcher (kernels/_launch.py), one per specialisation; the
+    # launcher must write exactly what kernel[grid] writes with the same plan, and be reused, not rebound.
+    p, s = _weight(n, k, 128, dtype, "cuda", seed=m + n)
+    packed = ig.prepack_int4(p, s, 128)
+    x = torch.randn(m, k, device="cuda").to(dtype)
+    ig._LAUNCHERS.clear()
+    y = ig.int4_linear_gluon(x, packed, 128)
+    launchers = dict(ig._LAUNCHERS)
+    assert [getattr(launch, "mode", None) for launch in launchers.values()] in (["raw"], ["run"])  # not "jit"
+    x2 = torch.randn(m, k, device="cuda").to(dtype)
+    y2 = ig.int4_linear_gluon(x2, packed, 128, out=torch.full_like(y, float("nan")))
+    assert ig._LAUNCHERS == launchers, "a second call with the same specialisation bound another launcher"
+    meta = ig.plan_int4_gluon(m, n, k, 128, sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    n_tiles = -(-n // (ig.BLOCK_ROWS * meta["WG"]))
+    for inp, got in ((x, y), (x2, y2)):
+        want = torch.full_like(got, float("nan"))
+        if meta["SPLIT"] > 1:
+            part, counts = ig.workspace(n_tiles * meta["SPLIT"] * ig.BLOCK_ROWS * meta["WG"] * meta["MP"], n_tiles,
+                                        inp.device)
+        else:
+            part = counts = want
+        offset_bits, sub = ig._OFFSET[dtype]
+        ig._int4_gemv_kernel[(n_tiles * meta["SPLIT"], )](
+            inp, packed.weight.view(torch.int32), packed.scales, want, part, counts, m, n, k, inp.stride(0),
+            packed.scales.stride(0), want.stride(0), MAGIC_BITS=ig._MAGIC[dtype][0], OFFSET_BITS=offset_bits,
+            SUB=sub, **meta)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want)
+    assert counters_at_rest(x.device)
+
+
 # --------------------------------------------------------------------------------------------------------
 # The public path: kernels.dequant_linear.int4_linear on a prepacked weight
 # --------------------------------------------------------------------------------------------------------

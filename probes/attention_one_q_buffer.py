@@ -36,7 +36,7 @@ QUESTION = "Is the persistent Gluon forward's dearer key tile the cost of its se
 CANDIDATES = ("the plan: one program a query tile", "the persistent grid as built (two Q buffers)",
               "the persistent grid with one Q buffer")
 SHAPES = "head dim 128, bf16, no mask; 8 x 16 heads of 2,048 queries (2,048 query tiles); keys 128-4,096"
-OUTPUTS: dict[str, tuple[str, ...]] = {}  # not yet run on a GPU
+OUTPUTS = {"attention-one-q-buffer": ("notes/probes/2026-11-27-h200-attention-one-q-buffer.json",)}
 
 BATCH, HEADS, SEQ_Q, HEAD_DIM, BF = 8, 16, 2048, 128, torch.bfloat16
 KEYS = (128, 256, 512, 1024, 2048, 4096)

@@ -41,13 +41,15 @@ QUESTION = "What does one call of the lab's int4 linear cost the host, launched 
 CANDIDATES = ("int4 Gluon through kernel[grid]", "int4 Gluon bound (int4_linear_gluon)",
               "int4_linear on the prepacked weight", "int8_linear", "tinygemm int4", "bf16 F.linear")
 SHAPES = "K = 4,096, group 128, bf16; M = 1 and 16 at N = 256; M = 1 at N = 4,096"
-OUTPUTS: dict[str, tuple[str, ...]] = {}  # not yet run on a GPU
+OUTPUTS = {"int4-host-time": ("notes/probes/2026-11-27-h100-int4-host-time.json",)}
 
 BF = torch.bfloat16
 K, GROUP = 4096, 128
 SHAPES_TIMED = ((1, 256), (16, 256), (1, 4096))
 CHECKED = ((1, 256), (16, 256), (1, 4096), (3, 1000), (64, 4096), (17, 11007))
 CALLS, REPEATS = 2000, 5
+TIMING = ("host_us: wall time of 2,000 back-to-back calls, the queue drained after, best of 5, a call; gpu_us: "
+          "triton.testing.do_bench median, L2 cleared")
 
 
 def jit_route(x: torch.Tensor, packed, out: torch.Tensor) -> torch.Tensor:
@@ -123,7 +125,8 @@ def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "int4_host_time.json"
-    result = probe_header(question=QUESTION, shapes=SHAPES, calls=CALLS, repeats=REPEATS, checks=[], rows=[])
+    result = probe_header(question=QUESTION, shapes=SHAPES, calls=CALLS, repeats=REPEATS, checks=[], rows=[],
+                          timing=TIMING)
     torch.manual_seed(0)
     with torch.no_grad():
         for m, n in CHECKED:

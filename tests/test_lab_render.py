@@ -453,3 +453,25 @@ def test_the_environment_table_says_how_long_a_refresh_of_each_gpu_takes():
     (row,) = environment_rows(SimpleNamespace(runs=runs))
     assert row["refresh_sum"] == "900 s (15 min) over 2 experiments"
     assert row["refresh_longest"] == "600 s (a)"
+
+
+def test_the_card_names_a_claimed_baseline_that_timed_no_point():
+    from lab.publish.overview import REASON_CHARS, absent_baselines
+
+    def run(**results):
+        point = SimpleNamespace(results={name: SimpleNamespace(status=status, reason=reason, error=None)
+                                         for name, (status, reason) in results.items()})
+        return SimpleNamespace(points=[point])
+
+    experiment = SimpleNamespace(claim=SimpleNamespace(baselines=("torch", "peer", "other")))
+    ran = ("ok", None)
+    hostile = "peer <script>alert(1)</script> | `x` [a](javascript:y); the rest of the reason"
+    text = absent_baselines(experiment, [run(torch=ran, peer=("unavailable", hostile), other=ran),
+                                         run(torch=ran, peer=("unavailable", hostile), other=("unsupported", "no"))])
+    assert "`peer`" in text and "`torch`" not in text and "`other`" not in text  # other ran on one GPU
+    assert "<script>" not in text and "the rest of the reason" not in text  # escaped, cut at its first clause
+    assert absent_baselines(experiment, [run(torch=ran, peer=ran, other=ran)]) is None
+    long = absent_baselines(experiment, [run(torch=ran, peer=("unsupported", "w" * 500), other=ran)])
+    assert "w" * REASON_CHARS not in long and "…" in long
+    missing = absent_baselines(experiment, [run(torch=ran, other=ran)])
+    assert "`peer` (in no point)" in missing

@@ -117,6 +117,35 @@ def _card_points(judged: list[PointJudgement]) -> list[tuple[str, PointJudgement
     return [("lowest", low), ("highest", high)]
 
 
+REASON_CHARS = 160  # of a peer's reason on the card; the page's table of declined profiles gives it whole
+
+
+def _short_reason(text: str | None) -> str:
+    """A record's reason cut at its first clause ("; ") and to REASON_CHARS."""
+    first = (text or "no reason recorded").split("; ", 1)[0].strip()
+    return first if len(first) <= REASON_CHARS else first[:REASON_CHARS - 1].rstrip() + "…"
+
+
+def absent_baselines(experiment: Experiment, runs: list[RunRecord]) -> Md | None:
+    """The claim's baselines that timed no point in any of `runs` (a peer that did not import, or declined every
+    case), named with the first point's status and reason: the card's verdicts are against the baselines that
+    ran, and a claim that names a peer must not read as a win over it. None when every baseline ran."""
+    absent = []
+    for name in experiment.claim.baselines:
+        results = [p.results.get(name) for run in runs for p in run.points]
+        if not runs or any(r is not None and r.status == "ok" for r in results):
+            continue
+        first = next((r for r in results if r is not None), None)
+        if first is None:
+            absent.append(compose("{} (in no point)", code(name)))
+        else:
+            absent.append(compose("{} ({}: {})", code(name), first.status, _short_reason(first.reason or first.error)))
+    if not absent:
+        return None
+    return compose("**Not compared:** {} timed no point in the newest runs shown here, so the verdicts below are "
+                   "against the baselines that ran.", Md("; ").join(absent))
+
+
 def summary_card(evidence: Evidence, slug: str) -> dict:
     """Per GPU: the verdict on each clock and the run it rests on; per GPU, dtype, point shown and clock: the
     subject's and the best baseline's time and GB/s, the speedup with its interval and the point's word."""
@@ -163,6 +192,7 @@ def summary_card(evidence: Evidence, slug: str) -> dict:
                     })
     other = next((c for c in clocks if c != claim_clock), None)
     return {"gpus": gpus, "rows": rows.get(claim_clock, []), "other_rows": rows[other] if other else [],
+            "absent": absent_baselines(experiment, [v.run for _, v in found]),
             "clock": CLOCK_NAMES[claim_clock], "other_clock": CLOCK_NAMES[other] if other else None,
             "points_limit": CARD_POINTS}
 

@@ -139,8 +139,8 @@ TRITON_SEED_STYLE = Profile(
 TRITON_FUSED = Profile(
     "triton-fused",
     "the lab's kernel: gamma folded into the x tile, sum of squares beside the product, r in the epilogue; "
-    "up to 16 tokens a weight-streaming GEMV (CUDA cores for up to four tokens on small weights and one on wide ones, "
-    "tensor cores above, split-K over the SMs by a fixed plan); "
+    "up to 16 tokens a weight-streaming GEMV (CUDA cores for one and two tokens, tensor cores from three; a fixed "
+    "plan that splits K only where the tiles alone would leave most SMs idle); "
     "larger M tiled GEMMs autotuned per shape class",
     triton_fused, FUSED_SOURCES, plan=fused_plan,
 )

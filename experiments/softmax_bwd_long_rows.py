@@ -15,8 +15,8 @@ EXPERIMENT = Experiment(
     focus="Backward pass on long rows",
     why=(
         "The backward reads y and dy and writes dx, so at M·N = 2^28 every point moves 3 GiB (fp32) or "
-        "1.5 GiB (bf16) and is bandwidth-bound. A single-block program holds two tensors of the row, so it "
-        "runs out of registers at half the row length the forward reaches; past that a schedule either reads "
+        "1.5 GiB (bf16) and is bandwidth-bound. A single-block program holds two tensors of the row in "
+        "registers and, like the forward, falls off once the row no longer fits them; past that a schedule either reads "
         "y and dy twice (online: 5·M·N·size bytes) or splits the row across programs that exchange one "
         "partial dot product each (split-row: 3·M·N·size). This sweep sets the backward threshold of "
         "impl='auto'."

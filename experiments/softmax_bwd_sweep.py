@@ -35,7 +35,7 @@ EXPERIMENT = Experiment(
     byte_model="backward: 3·M·N·size bytes (y and dy read once, dx written once)",
     evidence_boundary=(
         "Each profile gets the same saved output y and upstream gradient dy; the time excludes the forward. "
-        "M = 4096 keeps every point under 320 MB, so short rows are launch-bound, not bandwidth-bound."
+        "M = 4096 keeps every tensor under 210 MB, so short rows are launch-bound, not bandwidth-bound."
     ),
     tolerance=sm.BACKWARD_TOLERANCE,
     x_axis="N",

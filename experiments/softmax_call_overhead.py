@@ -1,4 +1,4 @@
-"""What one call of softmax costs a Python program when the GPU is never the limit: one-row inputs, forward and
+"""What one call of softmax costs a Python program where the host usually sets the pace: one-row inputs, forward and
 forward + backward through autograd, the lab's public function against torch's."""
 
 from __future__ import annotations
@@ -57,15 +57,16 @@ EXPERIMENT = Experiment(
     slug="softmax-call-overhead",
     title="Softmax: what a call costs the caller",
     question=(
-        "When the GPU is never the limit (one-row inputs), does a call of the lab's softmax cost a Python "
+        "On one-row inputs, where the host usually sets the pace, does a call of the lab's softmax cost a Python "
         "program no more than torch.softmax, forward and forward + backward through autograd?"
     ),
     focus="Host overhead per call",
     why=(
         "Every other softmax page judges GPU time too, where the device is held while the host queues the "
         "calls. A program calling the op in a loop pays the host's work as well: argument checks, plan "
-        "look-ups, allocation and the launch itself. On one row that work is the whole cost, so the eager-call "
-        "clock here is the host time per call, the figure a user feels at small sizes."
+        "look-ups, allocation and the launch itself. On one row that work is most of the cost, so the eager-call "
+        "clock here is mostly the host time per call, the figure a user feels at small sizes. The exception is "
+        "torch.softmax on the longest row, whose own kernel takes longer than the host's work."
     ),
     claim=Claim(
         subject="triton-auto",
@@ -94,8 +95,9 @@ EXPERIMENT = Experiment(
     bytes_moved=_bytes,
     byte_model="forward: 2·M·N·size bytes; forward + backward: 5·M·N·size (x read, y written, then y and dy read and dx written)",
     evidence_boundary=(
-        "One-row inputs only, on purpose: at these sizes the GPU finishes each call long before the host has "
-        "issued the next, so the eager-call clock measures host overhead. The GPU-time verdict is shown too "
+        "One-row inputs only, on purpose: at these sizes the GPU usually finishes each call before the host has "
+        "issued the next, so the eager-call clock measures host overhead (not for torch.softmax on the longest "
+        "row, where its kernel sets the pace). The GPU-time verdict is shown too "
         "but says little here; the other softmax pages judge the kernels at sizes where the GPU is the limit."
     ),
     tolerance={torch.float32: 1e-5, torch.bfloat16: 3e-2},

@@ -16,7 +16,8 @@ EXPERIMENT = Experiment(
     why=(
         "With M·N fixed at 2^28 every point moves 1 GiB (fp32) or 512 MiB (bf16) each way, so throughput is "
         "bandwidth-bound and comparable across N. Single-block holds a row in registers and spills once rows "
-        "grow; online reads x twice and caps near two thirds of the copy ceiling. This sweep sets "
+        "grow; online reads x twice and falls to about two thirds of the copy "
+        "ceiling on the longest rows. This sweep sets "
         "impl='auto''s threshold."
     ),
     claim=Claim(

@@ -19,7 +19,7 @@ EXPERIMENT = Experiment(
     why=(
         "Attention over short sequences and classifier heads produce many short rows. One row per program "
         "leaves each program a few hundred bytes of work, so the launch, not DRAM, sets the time; the lab's "
-        "kernel packs short rows into programs of up to 1,024 lanes on two warps. At M = 32,768 the matrices "
+        "kernel packs short rows into programs of up to 1,024 lanes on one or two warps. At M = 32,768 the matrices "
         "hold 8–128 MB, large enough for the copy ceiling to be the yardstick."
     ),
     claim=Claim(

@@ -139,3 +139,79 @@ def test_reachable_files_follow_imports_inside_functions(tmp_path):
     (tmp_path / "kernels" / "unused.py").write_text("")
     experiment = syn.experiment(source_file="experiments/decl.py", sources=())
     assert reachable_files(experiment, tmp_path) == ["kernels/a.py", "kernels/b.py", "kernels/c.py"]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Prose-only changes to an experiments/*.py file keep a record current; code changes do not
+# --------------------------------------------------------------------------------------------------------
+
+DECLARATION = '''"""A declaration."""
+P = Profile("lab", "the lab's kernel", run, SOURCES, plan=plan)  # a comment
+E = Experiment(slug="x", question="Is it fast?", why=("one " "reason"), cases=[Case("c", {"N": 1}, "a case")])
+'''
+
+
+def test_code_digest_ignores_the_words_and_sees_the_code():
+    from lab.evidence.hashing import code_digest
+
+    base = code_digest(DECLARATION.encode())
+    words = (DECLARATION.replace('"""A declaration."""', '"""Another."""').replace("the lab's kernel", "new words")
+             .replace("Is it fast?", "Is it?").replace('("one " "reason")', '"why"').replace("# a comment", "")
+             .replace('"a case"', '"the case"'))
+    assert code_digest(words.encode()) == base
+    for code_change in (DECLARATION.replace("plan=plan", "plan=other"), DECLARATION.replace('"lab"', '"lab2"'),
+                        DECLARATION.replace('{"N": 1}', '{"N": 2}'), DECLARATION + "X = 1\n"):
+        assert code_digest(code_change.encode()) != base, code_change
+    assert code_digest(b"def (") is None
+
+
+@pytest.fixture
+def repo(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "lab@example.invalid")
+    git("config", "user.name", "lab")
+    (tmp_path / "experiments").mkdir()
+    path = tmp_path / "experiments" / "decl.py"
+    path.write_text(DECLARATION)
+    git("add", "-A")
+    git("commit", "-qm", "declaration")
+    commit = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    return tmp_path, path, commit
+
+
+def test_a_prose_only_change_since_the_records_commit_is_not_a_change(repo):
+    root, path, commit = repo
+    rel = "experiments/decl.py"
+    recorded = {rel: sha256_file(path)}
+    path.write_text(DECLARATION.replace("the lab's kernel", "the lab's kernel, in other words"))
+    current = {rel: sha256_file(path)}
+    assert changed_sources(recorded, current) == [rel]  # no commit: every difference counts
+    assert changed_sources(recorded, current, commit, root) == []
+    assert changed_sources(recorded, current, commit[:7], root) == []
+    for bad in ("HEAD", "--output=/tmp/x", commit + "0", "", None, 7):
+        assert changed_sources(recorded, current, bad, root) == [rel], bad
+    assert changed_sources({rel: "0" * 64}, current, commit, root) == [rel]  # not the file the commit holds
+    path.write_text(DECLARATION.replace("plan=plan", "plan=other"))
+    assert changed_sources(recorded, {rel: sha256_file(path)}, commit, root) == [rel]
+
+
+def test_only_experiment_declarations_get_the_prose_exception(repo):
+    import subprocess
+
+    root, path, commit = repo
+    (root / "kernels").mkdir()
+    kernel = root / "kernels" / "k.py"
+    kernel.write_text('"""A kernel."""\nX = 1\n')
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", "kernel"], check=True)
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+    recorded = {"kernels/k.py": sha256_file(kernel)}
+    kernel.write_text('"""Another docstring."""\nX = 1\n')
+    assert changed_sources(recorded, {"kernels/k.py": sha256_file(kernel)}, head, root) == ["kernels/k.py"]

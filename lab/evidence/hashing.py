@@ -4,6 +4,13 @@ An experiment's evidence depends on its declaration file, on every file a profil
 on the files that define the callables it runs (profiles, inputs, reference, byte model: e.g. the shared
 experiments/_softmax.py). Each record stores the sha256 of all of them; when any differs from the tree
 now, the record is stale: it measured code that no longer exists.
+
+One exception keeps the words on the pages correctable: an experiments/*.py file whose only changes since a
+record are its prose (docstrings, comments, and the declarations' words: a profile's description, the
+question, the claim's statement, ...) still defines the same measurement. `changed_sources` drops such a
+file when it can prove it: the record names its commit, git holds that commit's file, the file's sha256 is
+the one the record stored, and both versions parse to the same syntax tree once the prose is taken out
+(`code_digest`). Anything else (no git, another commit, a dirty tree, a change to any code) stays changed.
 """
 
 from __future__ import annotations
@@ -12,12 +19,26 @@ import ast
 import functools
 import hashlib
 import inspect
+import re
+import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from experiments.spec import Experiment
+from lab import REPO_ROOT
 
 MISSING = "missing"  # the hash recorded for a declared source file that does not exist
+# Keyword arguments of the declarations (experiments/spec.py) that hold words for the page and nothing the
+# measurement reads.
+PROSE_KEYWORDS = frozenset({
+    "description", "requires_note", "title", "meaning", "basis", "statement", "short", "question", "focus", "why",
+    "byte_model", "evidence_boundary", "above_ceiling", "if_supported", "if_rejected", "otherwise",
+})
+# ... and the declarations whose words come positionally: argument index by class name.
+PROSE_POSITIONS = {"Profile": (1,), "Case": (2,), "PointColumn": (0, 1)}
+PROSE_ONLY_DIRS = ("experiments/",)  # where a prose-only change does not make a record stale
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+_REPO_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*\.py")
 
 
 def sha256_file(path: Path) -> str:
@@ -83,9 +104,88 @@ def source_hashes(experiment: Experiment, root: Path) -> dict[str, str]:
     return hashes
 
 
-def changed_sources(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
-    """Paths whose hash differs between a record and the tree now, including files only one side has."""
-    return sorted(p for p in set(recorded) | set(current) if recorded.get(p) != current.get(p))
+def changed_sources(recorded: Mapping[str, str], current: Mapping[str, str], commit: object = None,
+                    root: Path | None = None) -> list[str]:
+    """Paths whose hash differs between a record and the tree now, including files only one side has. Given the
+    record's `commit`, an experiments/*.py file whose change since then is prose alone is left out (above)."""
+    changed = sorted(p for p in set(recorded) | set(current) if recorded.get(p) != current.get(p))
+    if commit is None:
+        return changed
+    root = Path(root) if root is not None else REPO_ROOT
+    return [p for p in changed if not (p in recorded and p in current
+                                       and prose_only_change(p, recorded[p], current[p], commit, root))]
+
+
+class _Prose(ast.NodeTransformer):
+    """Takes docstrings, the PROSE_KEYWORDS arguments' values and PROSE_POSITIONS' arguments out of a syntax tree."""
+
+    def _body(self, node):
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+        return self.generic_visit(node)
+
+    visit_Module = visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _body
+
+    def visit_Call(self, node: ast.Call):
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        for i in PROSE_POSITIONS.get(name, ()):
+            if i < len(node.args) and not isinstance(node.args[i], ast.Starred):
+                node.args[i] = ast.Constant(value="")
+        return self.generic_visit(node)
+
+    def visit_keyword(self, node: ast.keyword):
+        if node.arg in PROSE_KEYWORDS:
+            node.value = ast.Constant(value="")
+            return node
+        return self.generic_visit(node)
+
+
+def code_digest(source: bytes) -> str | None:
+    """sha256 of a Python file's syntax tree without its prose (comments, docstrings, PROSE_KEYWORDS values,
+    PROSE_POSITIONS arguments) and without source positions; None if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    return hashlib.sha256(ast.dump(_Prose().visit(tree)).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=4096)
+def _committed(root: str, commit: str, path: str) -> bytes | None:
+    """The file at `path` in `commit` of the git repository at `root`, or None (no git, no such commit or file)."""
+    try:
+        done = subprocess.run(["git", "-C", root, "show", f"{commit}:{path}"], capture_output=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _current_digest(path: Path, sha: str) -> str | None:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return code_digest(data) if hashlib.sha256(data).hexdigest() == sha else None
+
+
+def prose_only_change(path: str, recorded_sha: str, current_sha: str, commit: object, root: Path) -> bool:
+    """Whether `path` (an experiments/*.py file) changed since the record at `commit` in its prose alone: the
+    commit's file is the one the record hashed (`recorded_sha`) and its code_digest equals the tree's now."""
+    if not (isinstance(commit, str) and _COMMIT.fullmatch(commit) and _REPO_PATH.fullmatch(path)
+            and path.startswith(PROSE_ONLY_DIRS) and ".." not in path.split("/")):
+        return False
+    if MISSING in (recorded_sha, current_sha):
+        return False
+    before = _committed(str(root), commit, path)
+    if before is None or hashlib.sha256(before).hexdigest() != recorded_sha:
+        return False
+    old, new = code_digest(before), _current_digest(Path(root) / path, current_sha)
+    return old is not None and old == new
 
 
 def _imported_repo_files(path: Path, root: Path) -> set[str]:

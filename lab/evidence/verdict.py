@@ -67,7 +67,8 @@ RULE_TEXT = (
     "fast\"), when every point is Faster or Level; for a win claim (\"faster\", by at least t), when every "
     "point is Faster with its lower bound at or above t. **Inconclusive** otherwise: a tie is never "
     "Rejected. **Stale** when a source file hashed into the newest run has changed since (the old data stays "
-    "on the page, marked). **No evidence** without a GPU run: runs through the CPU interpreter check the "
+    "on the page, marked); an experiment declaration whose words alone changed, checked against the run's "
+    "commit, does not count. **No evidence** without a GPU run: runs through the CPU interpreter check the "
     "machinery, not performance.",
     "Each claim names the clock its statement speaks of: **GPU time** (what the GPU spends per call) or the "
     "**eager call** (what a Python program calling the op back to back pays, host work included). Wherever "
@@ -268,7 +269,7 @@ def verdict_for_gpu(experiment: Experiment, runs: Iterable[RunRecord], current_h
     if clock == EAGER_CALL and run.eager is None:
         return Verdict(NO_EVIDENCE, run.gpu_key, run, None, (), (), GPU_TIME_ONLY)
     data_state, points, summary = judge_run(experiment, run, clock)
-    changed = tuple(changed_sources(run.hashes, current_hashes))
+    changed = tuple(changed_sources(run.hashes, current_hashes, run.git.get("commit")))
     if changed:
         summary = f"Changed since run {run.run_id}: {', '.join(changed)}; that run said {data_state}. {summary}"
         return Verdict(STALE, run.gpu_key, run, data_state, points, changed, summary)

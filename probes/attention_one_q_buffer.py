@@ -62,6 +62,30 @@ def one_q_fwd(q, k, v, causal: bool, scale: float, stages: int) -> torch.Tensor:
     return o
 
 
+def candidates(q, k, v, causal: bool, scale: float, plan) -> dict:
+    """The plan, the persistent grid as built and the persistent grid with one Q buffer: callables giving O."""
+    return {"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
+            "persistent": lambda p=replace(plan, persistent=True): attention_fwd(q, k, v, causal, scale, p)[0],
+            "persistent-1q": lambda: one_q_fwd(q, k, v, causal, scale, plan.num_stages)}
+
+
+def checked_times(runs: dict, row: dict) -> bool:
+    """Each candidate's output against the plan's (bit for bit), then, if equal, its GPU time into `row`;
+    whether every candidate was equal."""
+    reference = runs["plan"]()
+    ok = True
+    for name, fn in runs.items():
+        equal = bool(torch.equal(fn(), reference))
+        row[name] = {"equal_to_plan": equal}
+        if not equal:
+            ok = False
+            row[name]["error"] = "differs from the plan: not timed"
+            continue
+        row[name]["us"] = 1e3 * statistics.median(
+            triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(REPEATS))
+    return ok
+
+
 def experiment_shapes(out_dir: Path) -> int:
     """plan, persistent, persistent-1q and cuDNN at attention-fwd's head-dim-128 shapes, causal and not."""
     import torch.nn.functional as F
@@ -85,20 +109,9 @@ def experiment_shapes(out_dir: Path) -> int:
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
 
-            runs = {"plan": lambda p=plan: attention_fwd(q, k, v, causal, scale, p)[0],
-                    "persistent": lambda p=replace(plan, persistent=True): attention_fwd(q, k, v, causal, scale, p)[0],
-                    "persistent-1q": lambda p=plan: one_q_fwd(q, k, v, causal, scale, p.num_stages)}
+            runs = candidates(q, k, v, causal, scale, plan)
             row = {"seq": seq, "batch": batch, "causal": causal}
-            reference = runs["plan"]()
-            for name, fn in runs.items():
-                equal = bool(torch.equal(fn(), reference))
-                row[name] = {"equal_to_plan": equal}
-                if not equal:
-                    ok = False
-                    row[name]["error"] = "differs from the plan: not timed"
-                    continue
-                row[name]["us"] = 1e3 * statistics.median(
-                    triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(REPEATS))
+            ok = checked_times(runs, row) and ok
             row["cudnn"] = {"us": 1e3 * statistics.median(
                 triton.testing.do_bench(cudnn, warmup=25, rep=100) for _ in range(REPEATS))}
             for name in runs:
@@ -127,20 +140,9 @@ def main() -> int:
     for seq_k in KEYS:
         k, v = (torch.randn(BATCH, HEADS, seq_k, HEAD_DIM, device="cuda", dtype=BF, generator=gen) for _ in range(2))
         plan = plan_attention(SEQ_Q, HEAD_DIM, BF, False, seq_k=seq_k, impl="gluon")
-        runs = {"plan": lambda p=plan: attention_fwd(q, k, v, False, scale, p)[0],
-                "persistent": lambda p=replace(plan, persistent=True): attention_fwd(q, k, v, False, scale, p)[0],
-                "persistent-1q": lambda p=plan: one_q_fwd(q, k, v, False, scale, p.num_stages)}
+        runs = candidates(q, k, v, False, scale, plan)
         row = {"seq_k": seq_k, "key_tiles": seq_k // 128, "query_tiles": BATCH * HEADS * SEQ_Q // 128}
-        reference = runs["plan"]()
-        for name, fn in runs.items():
-            equal = bool(torch.equal(fn(), reference))
-            row[name] = {"equal_to_plan": equal}
-            if not equal:
-                ok = False
-                row[name]["error"] = "differs from the plan: not timed"
-                continue
-            row[name]["us"] = 1e3 * statistics.median(
-                triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(REPEATS))
+        ok = checked_times(runs, row) and ok
         facts["rows"].append(row)
         print(json.dumps(row), flush=True)
     slots = facts["rows"][0]["query_tiles"] / props.multi_processor_count

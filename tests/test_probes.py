@@ -108,6 +108,9 @@ def test_rows_holding_one_result_a_candidate_are_summarised_per_candidate():
     assert _candidates_table([{"seq_k": 1}]) == ["1 rows; no candidate names or timings to summarise."]
     page = render_notebook(ROOT)[0]["probes/attention-fixed-cost.md"]
     assert "no candidate names" not in page and "`cudnn`" in page and "`persistent`" in page
+    # host time leads where a row times both clocks of a call
+    host = "\n".join(_candidates_table([{"m": 1, "jit": {"host_us": 60.0, "gpu_us": 10.0}, "bound": {"host_us": 20.0}}]))
+    assert "median µs of host time" in host and "| `jit` | 1 | 60 | 60 | 60 | 0 |" in host
 
 
 def test_the_attention_line_fit_reproduces_the_fits_its_rounds_recorded():

@@ -154,14 +154,17 @@ def code_digest(source: bytes) -> str | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _committed(root: str, commit: str, path: str) -> bytes | None:
-    """The file at `path` in `commit` of the git repository at `root`, or None (no git, no such commit or file)."""
+def _committed(root: str, commit: str, path: str) -> tuple[str, str | None] | None:
+    """(sha256, code_digest) of the file at `path` in `commit` of the git repository at `root`; None where git,
+    the commit or the file is missing."""
     try:
         done = subprocess.run(["git", "-C", root, "show", f"{commit}:{path}"], capture_output=True, timeout=30,
                               check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    return hashlib.sha256(done.stdout).hexdigest(), code_digest(done.stdout)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -182,9 +185,9 @@ def prose_only_change(path: str, recorded_sha: str, current_sha: str, commit: ob
     if MISSING in (recorded_sha, current_sha):
         return False
     before = _committed(str(root), commit, path)
-    if before is None or hashlib.sha256(before).hexdigest() != recorded_sha:
+    if before is None or before[0] != recorded_sha:
         return False
-    old, new = code_digest(before), _current_digest(Path(root) / path, current_sha)
+    old, new = before[1], _current_digest(Path(root) / path, current_sha)
     return old is not None and old == new
 
 

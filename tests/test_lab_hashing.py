@@ -215,3 +215,32 @@ def test_only_experiment_declarations_get_the_prose_exception(repo):
     recorded = {"kernels/k.py": sha256_file(kernel)}
     kernel.write_text('"""Another docstring."""\nX = 1\n')
     assert changed_sources(recorded, {"kernels/k.py": sha256_file(kernel)}, head, root) == ["kernels/k.py"]
+
+
+def test_runs_whose_declarations_differ_in_words_alone_timed_the_same_code(repo, monkeypatch):
+    import subprocess
+    from types import SimpleNamespace
+
+    import lab.evidence.hashing as hashing
+    from lab.publish.overview import _commit_note
+
+    root, path, first = repo
+    rel = "experiments/decl.py"
+    before = sha256_file(path)
+    path.write_text(DECLARATION.replace("Is it fast?", "Is it fast enough?"))
+    subprocess.run(["git", "-C", str(root), "commit", "-qam", "words"], check=True)
+    second = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], check=True, capture_output=True,
+                            text=True).stdout.strip()
+    after = sha256_file(path)
+    monkeypatch.setattr(hashing, "REPO_ROOT", root)
+
+    def run(key, commit, sha):
+        return SimpleNamespace(gpu_key=key, git={"commit": commit}, started_utc="2026-11-27T00:00:00Z",
+                               hashes={rel: sha})
+
+    labels = {"a": "A", "b": "B"}
+    note = _commit_note([run("a", first, before), run("b", second, after)], labels, {rel: after})
+    assert "the same code" in note and "decl.py" not in note
+    path.write_text(DECLARATION.replace("plan=plan", "plan=other"))  # today's code differs from both
+    note = _commit_note([run("a", first, before), run("b", second, after)], labels, {rel: sha256_file(path)})
+    assert "timed different code" in note and "decl.py" in note

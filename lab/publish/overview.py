@@ -206,14 +206,18 @@ def _share_of_roof(experiment: Experiment, point: Point, name: str, run: RunReco
     return ceilings.share(experiment, point, run, name, result, timing[0])
 
 
-def _commit_note(runs: list[RunRecord], labels: dict[str, str]) -> Md:
+def _commit_note(runs: list[RunRecord], labels: dict[str, str], current: dict[str, str]) -> Md:
     named = Md("; ").join(compose("{} at {} ({} UTC)", labels[r.gpu_key],
                                   code(fmt.short_commit(r.git.get("commit"), r.git.get("dirty"))),
                                   fmt.utc_date(r.started_utc)) for r in runs)
     commits = {r.git.get("commit") for r in runs}
     if len(commits) == 1 and None not in commits:
         return compose("The newest runs are all at one commit: {}.", named)
-    differ = sorted({path for a in runs for b in runs for path in changed_sources(a.hashes, b.hashes)})
+    # A file whose versions differ between the runs in words alone (each run's the code of today's: hashing's
+    # prose-only check) is the same code.
+    code_changed = {path for r in runs for path in changed_sources(r.hashes, current, r.git.get("commit"))}
+    differ = sorted({path for a in runs for b in runs for path in changed_sources(a.hashes, b.hashes)
+                     if path in code_changed})
     if not differ:
         return compose("The newest runs are at different commits ({}), with the same hashed sources: "
                        "they timed the same code.", named)
@@ -256,7 +260,7 @@ def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
                        "ceiling_note": " ".join(dict.fromkeys(n for n in notes if n)),
                        "plot": href(f"{PLOTS}/{speedup_plot_filename(slug, dtype, clock)}"), "long": len(rows) > 12})
     return {**base, "gpus": [evidence.gpu_labels[key] for key, _ in found], "dtypes": tables,
-            "note": _commit_note(runs, evidence.gpu_labels)}
+            "note": _commit_note(runs, evidence.gpu_labels, evidence.current_hashes[slug])}
 
 
 def sides(evidence: Evidence, slug: str) -> list[dict]:

@@ -295,12 +295,12 @@ def history(evidence: Evidence, slug: str, served: Collection[str]) -> dict:
     newest_ids = {key: v.run.run_id for key, v in evidence.verdicts[slug].items() if v.run is not None}
     rows = []
     for run in evidence.runs[slug]:  # newest first
-        changed = changed_sources(run.hashes, evidence.current_hashes[slug], run.git.get("commit"))
         if not run.is_performance_evidence:
             status = "CPU interpreter: not performance evidence"
         elif newest_ids.get(run.gpu_key) != run.run_id:
             status = "superseded"
         else:
+            changed = changed_sources(run.hashes, evidence.current_hashes[slug], run.git.get("commit"))
             status = f"newest, {STALE.lower()}" if changed else "newest, fresh"
         states = []
         for clock in clocks:

@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from probes.harness import line_fit  # noqa: E402
+from probes.harness import key_tile_fit  # noqa: E402
 
 QUESTION = ("Of the Gluon forward's fixed cost a query tile, how much is the program's launch and first loads, "
             "which a persistent grid hides, and how much the consumers' own ramp and epilogue?")
@@ -105,12 +105,10 @@ def main() -> int:
             facts["rows"].append(row)
             print(json.dumps(row), flush=True)
         for name in ("plan", "persistent", "cudnn"):
-            rows = [r for r in facts["rows"] if r["batch"] == batch and "us" in r[name]]
-            for label, kept in (("", [r for r in rows if r["key_tiles"] >= FIT_FROM]), (" all", rows)):
-                if len(kept) >= 3:
-                    fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
-                    slots = kept[0]["query_tiles"] / props.multi_processor_count
-                    fit["fixed_us_a_query_tile_slot"] = fit["fixed_us"] / slots
+            rows = [r for r in facts["rows"] if r["batch"] == batch]
+            for label, fit_from in (("", FIT_FROM), (" all", 0)):
+                fit = key_tile_fit(rows, name, props.multi_processor_count, fit_from)
+                if fit is not None:
                     facts["fits"][f"{name} B={batch}{label}"] = fit
         del q
     facts["all_correct"] = ok

@@ -32,7 +32,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from probes.harness import environment, line_fit  # noqa: E402
+from probes.harness import environment, key_tile_fit  # noqa: E402
 from kernels.attention_gluon import MAXNREG, NUM_WARPS, _attention_fwd_gluon_kernel, launch_args  # noqa: E402
 
 QUESTION = "Is the persistent Gluon forward's dearer key tile the cost of its second Q buffer's shared memory?"
@@ -145,12 +145,9 @@ def main() -> int:
         ok = checked_times(runs, row) and ok
         facts["rows"].append(row)
         print(json.dumps(row), flush=True)
-    slots = facts["rows"][0]["query_tiles"] / props.multi_processor_count
     for name in ("plan", "persistent", "persistent-1q"):
-        kept = [r for r in facts["rows"] if r["key_tiles"] >= FIT_FROM and "us" in r[name]]
-        if len(kept) >= 3:
-            fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
-            fit["fixed_us_a_query_tile_slot"] = fit["fixed_us"] / slots
+        fit = key_tile_fit(facts["rows"], name, props.multi_processor_count, FIT_FROM)
+        if fit is not None:
             facts["fits"][name] = fit
     facts["all_correct"] = ok
     (out_dir / "attention_one_q_buffer.json").write_text(json.dumps(facts, indent=1))

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from kernels.reference_attention import attention_float64  # noqa: E402
-from probes.harness import line_fit  # noqa: E402
+from probes.harness import key_tile_fit  # noqa: E402
 from kernels.attention_gluon import (  # noqa: E402
     _LN2, MAXNREG, NUM_WARPS, _consume_tiles, _loader, _query_tile, _softmax_tile, launch_args)
 
@@ -395,12 +395,9 @@ def main() -> int:
         row = {"query_tiles": WALK_BATCH * HEADS * WALK_SEQ_Q // 128, "seq_k": seq_k, "key_tiles": seq_k // 128}
         facts["walk"].append(_timed_row(row, q, k, v, False, scale,
                                         4.0 * WALK_BATCH * HEADS * WALK_SEQ_Q * seq_k * HEAD_DIM, passed))
-    slots = facts["walk"][0]["query_tiles"] / props.multi_processor_count
     for name in ("plan", "persistent", *passed, "cudnn"):
-        kept = [r for r in facts["walk"] if r["key_tiles"] >= FIT_FROM and "us" in r[name]]
-        if len(kept) >= 3:
-            fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
-            fit["fixed_us_a_query_tile_slot"] = fit["fixed_us"] / slots
+        fit = key_tile_fit(facts["walk"], name, props.multi_processor_count, FIT_FROM)
+        if fit is not None:
             facts["fits"][name] = fit
     del q, k, v
     for causal in (False, True):

@@ -126,6 +126,18 @@ def line_fit(xs: list[int], times: list[float]) -> dict:
     return {"fixed_us": a, "per_key_tile_us": b, "worst_residual": worst}
 
 
+def key_tile_fit(rows: list[dict], name: str, sm_count: int, fit_from: int = 0) -> dict | None:
+    """line_fit of candidate `name`'s time (row[name]["us"]) against the rows' key tiles, over the rows from
+    `fit_from` key tiles on that timed it, with the fixed part a query-tile slot (the rows' query tiles over
+    the SMs) beside it; None with fewer than three such rows."""
+    kept = [r for r in rows if r["key_tiles"] >= fit_from and "us" in r[name]]
+    if len(kept) < 3:
+        return None
+    fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
+    fit["fixed_us_a_query_tile_slot"] = fit["fixed_us"] / (kept[0]["query_tiles"] / sm_count)
+    return fit
+
+
 def held_times(candidates, rounds: int = 30, warmup: int = 3) -> dict[str, float]:
     """Median ms of each candidate under the lab's clock: flushed L2, device held while a round is queued,
     candidates interleaved and rotated by one each round."""

@@ -238,9 +238,13 @@ def test_runs_whose_declarations_differ_in_words_alone_timed_the_same_code(repo,
         return SimpleNamespace(gpu_key=key, git={"commit": commit}, started_utc="2026-11-27T00:00:00Z",
                                hashes={rel: sha})
 
-    labels = {"a": "A", "b": "B"}
-    note = _commit_note([run("a", first, before), run("b", second, after)], labels, {rel: after})
-    assert "the same code" in note and "decl.py" not in note
+    def note(current):  # the runs' verdicts' changed files, as verdict_for_gpu finds them, then the note
+        runs = [run("a", first, before), run("b", second, after)]
+        stale = {p for r in runs for p in changed_sources(r.hashes, current, r.git["commit"])}
+        return _commit_note(runs, {"a": "A", "b": "B"}, stale)
+
+    text = note({rel: after})
+    assert "the same code" in text and "decl.py" not in text
     path.write_text(DECLARATION.replace("plan=plan", "plan=other"))  # today's code differs from both
-    note = _commit_note([run("a", first, before), run("b", second, after)], labels, {rel: sha256_file(path)})
-    assert "timed different code" in note and "decl.py" in note
+    text = note({rel: sha256_file(path)})
+    assert "timed different code" in text and "decl.py" in text

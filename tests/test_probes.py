@@ -114,12 +114,11 @@ def test_rows_holding_one_result_a_candidate_are_summarised_per_candidate():
 
 
 def test_the_attention_line_fit_reproduces_the_fits_its_rounds_recorded():
-    from probes.harness import line_fit
+    from probes.harness import key_tile_fit, line_fit
 
     data = json.loads((ROOT / "notes/probes/2026-11-27-h100-attention-ramp-overlap-timed.json").read_text())
     for name, recorded in data["fits"].items():
-        kept = [r for r in data["walk"] if r["key_tiles"] >= 4 and "us" in r[name]]
-        fit = line_fit([r["key_tiles"] for r in kept], [r[name]["us"] for r in kept])
+        fit = key_tile_fit(data["walk"], name, data["sms"], 4)
         assert all(abs(fit[k] - recorded[k]) <= 1e-9 * abs(recorded[k]) for k in fit), (name, fit, recorded)
     exact = line_fit([1, 2, 4], [5.0, 7.0, 11.0])  # T = 3 + 2n
     assert abs(exact["fixed_us"] - 3) < 1e-12 and abs(exact["per_key_tile_us"] - 2) < 1e-12

@@ -34,8 +34,8 @@ KINDS = {"tuning": "A tuning probe: its figures chose settings; they are not evi
          "compile": "Compiled without a GPU: no timing at all.",
          "host": "Host time per call: a reading of the CPU side, not evidence."}
 NAME_KEYS = ("variant", "impl", "candidate", "provider")
-METRICS = (("pct", "% of the copy ceiling"), ("tflops", "TFLOP/s"), ("us", "µs"), ("ms", "ms"), ("host_us", "µs of host time"),
-           ("gpu_us", "µs of GPU time"))
+METRICS = (("pct", "% of the copy ceiling"), ("tflops", "TFLOP/s"), ("us", "µs"), ("ms", "ms"),
+           ("host_us", "µs of host time"), ("gpu_us", "µs of GPU time"))
 
 
 @dataclass

@@ -130,10 +130,12 @@ def absent_baselines(experiment: Experiment, runs: list[RunRecord]) -> Md | None
     """The claim's baselines that timed no point in any of `runs` (a peer that did not import, or declined every
     case), named with the first point's status and reason: the card's verdicts are against the baselines that
     ran, and a claim that names a peer must not read as a win over it. None when every baseline ran."""
+    if not runs:
+        return None
     absent = []
     for name in experiment.claim.baselines:
         results = [p.results.get(name) for run in runs for p in run.points]
-        if not runs or any(r is not None and r.status == "ok" for r in results):
+        if any(r is not None and r.status == "ok" for r in results):
             continue
         first = next((r for r in results if r is not None), None)
         if first is None:
@@ -206,18 +208,18 @@ def _share_of_roof(experiment: Experiment, point: Point, name: str, run: RunReco
     return ceilings.share(experiment, point, run, name, result, timing[0])
 
 
-def _commit_note(runs: list[RunRecord], labels: dict[str, str], current: dict[str, str]) -> Md:
+def _commit_note(runs: list[RunRecord], labels: dict[str, str], stale_files: set[str]) -> Md:
+    """stale_files: the files the runs' verdicts found changed since (hashing's prose-only rule applied)."""
     named = Md("; ").join(compose("{} at {} ({} UTC)", labels[r.gpu_key],
                                   code(fmt.short_commit(r.git.get("commit"), r.git.get("dirty"))),
                                   fmt.utc_date(r.started_utc)) for r in runs)
     commits = {r.git.get("commit") for r in runs}
     if len(commits) == 1 and None not in commits:
         return compose("The newest runs are all at one commit: {}.", named)
-    # A file whose versions differ between the runs in words alone (each run's the code of today's: hashing's
-    # prose-only check) is the same code.
-    code_changed = {path for r in runs for path in changed_sources(r.hashes, current, r.git.get("commit"))}
+    # A file whose versions differ between the runs in words alone (each run's the code of today's, so in no
+    # verdict's changed files) is the same code.
     differ = sorted({path for a in runs for b in runs for path in changed_sources(a.hashes, b.hashes)
-                     if path in code_changed})
+                     if path in stale_files})
     if not differ:
         return compose("The newest runs are at different commits ({}), with the same hashed sources: "
                        "they timed the same code.", named)
@@ -260,7 +262,7 @@ def side_by_side(evidence: Evidence, slug: str, clock: str = GPU_TIME) -> dict:
                        "ceiling_note": " ".join(dict.fromkeys(n for n in notes if n)),
                        "plot": href(f"{PLOTS}/{speedup_plot_filename(slug, dtype, clock)}"), "long": len(rows) > 12})
     return {**base, "gpus": [evidence.gpu_labels[key] for key, _ in found], "dtypes": tables,
-            "note": _commit_note(runs, evidence.gpu_labels, evidence.current_hashes[slug])}
+            "note": _commit_note(runs, evidence.gpu_labels, {path for _, v in found for path in v.changed})}
 
 
 def sides(evidence: Evidence, slug: str) -> list[dict]:
@@ -299,9 +301,8 @@ def history(evidence: Evidence, slug: str, served: Collection[str]) -> dict:
             status = "CPU interpreter: not performance evidence"
         elif newest_ids.get(run.gpu_key) != run.run_id:
             status = "superseded"
-        else:
-            changed = changed_sources(run.hashes, evidence.current_hashes[slug], run.git.get("commit"))
-            status = f"newest, {STALE.lower()}" if changed else "newest, fresh"
+        else:  # the newest run's verdict already says whether it is stale
+            status = f"newest, {STALE.lower()}" if evidence.verdicts[slug][run.gpu_key].changed else "newest, fresh"
         states = []
         for clock in clocks:
             newest = {v.run.run_id: v for v in clock_verdicts(evidence, slug, clock).values() if v.run is not None}

@@ -48,6 +48,7 @@ from kernels.attention_choice import (  # noqa: F401 (the choice's names, import
     GLUON_BLOCK_N,
     GLUON_EXP_SPLIT,
     GLUON_PERSISTENT,
+    GLUON_PERSISTENT_UNMASKED,
     GLUON_PINGPONG,
     GLUON_STAGES,
     GLUON_WARPS,
@@ -132,6 +133,7 @@ class AttentionPlan:
     impl: str = "triton"  # "triton" (kernels/attention_kernels.py) or "gluon" (kernels/attention_gluon.py)
     pingpong: bool = False  # Gluon forward: the two consumer warpgroups issue their products in turns
     persistent: bool = False  # Gluon forward: one program an SM walks query tiles (causal: longest first)
+    prefetch_q: bool = True  # Gluon forward, persistent: a second Q buffer, the next tile's Q loading early
     exp_split: bool = False  # Gluon forward: half the unmasked tiles' exponentials on the FMA pipe
 
     def as_dict(self) -> dict:
@@ -154,9 +156,10 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
         raise TypeError(f"attention: dtype {str(dtype).removeprefix('torch.')} is not supported; supported "
                         "dtypes are float16, bfloat16.")
     if direction == "forward" and impl == "gluon":
+        one_q = GLUON_PERSISTENT_UNMASKED and not causal and not GLUON_PERSISTENT
         return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
                              warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG,
-                             persistent=GLUON_PERSISTENT, exp_split=GLUON_EXP_SPLIT)
+                             persistent=GLUON_PERSISTENT or one_q, prefetch_q=not one_q, exp_split=GLUON_EXP_SPLIT)
     if direction == "backward_kv" and impl == "gluon":  # kernels/attention_bwd_gluon.py's fixed tiles
         return AttentionPlan(direction, 64, 128, 12, 2, tma=True, warp_specialize=True, impl="gluon")
     if direction == "backward_q" and impl == "gluon":  # kernels/attention_bwd_q_gluon.py's fixed tiles
@@ -292,7 +295,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         from kernels.attention_gluon import attention_fwd_gluon
 
         attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong,
-                            plan.persistent, plan.exp_split)
+                            plan.persistent, plan.exp_split, plan.prefetch_q)
         return o, lse
     use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None

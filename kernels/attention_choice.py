@@ -33,6 +33,13 @@ GLUON_PINGPONG = False
 # L2 holds). Revised (causal tiles head by head as the plan orders them, two Q buffers; 2026-11-27): +13-18% at
 # 1,024 keys without a mask, where the plan runs the Triton forward, and at or below the plan everywhere else.
 GLUON_PERSISTENT = False
+# Without the causal mask, the persistent grid with one Q buffer: the plan's kernel on one program an SM, each
+# program's next Q loading only once both consumers are done with the last (notes/attention.md, "One Q buffer on
+# the persistent grid", 2026-11-27). A key tile costs what the plan's does on both cards; the launch and first
+# loads are paid once an SM. H100 (GPU time, head dim 128, bf16, one run): 0.937 / 0.980 / 1.009 of cuDNN at
+# S = 2,048 / 4,096 / 8,192 against the plan's 0.899 / 0.960 / 0.975; H200: 6% and 3% faster than the plan at
+# 2,048 and 4,096 keys. With the causal mask it was not faster (tiles of unequal length in a fixed order).
+GLUON_PERSISTENT_UNMASKED = True
 # Half of each unmasked tile's exponentials computed on the FMA pipe (a degree-4 polynomial and an exponent add)
 # instead of the MUFU: at head dim 64 the MUFU's 16 a clock an SM take as long as the tile's products. Read
 # offline (compiled for sm_90a, head dim 64, one unmasked tile a warpgroup thread): MUFU 66 -> 34, FP32 pipe

@@ -389,10 +389,11 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
 # --------------------------------------------------------------------------------------------------------
 
 def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None, pingpong: bool = False,
-                persistent_programs: int | None = None, exp_split: bool = False) -> tuple:
+                persistent_programs: int | None = None, exp_split: bool = False, prefetch_q: bool = True) -> tuple:
     """(grid, positional args, meta) of one launch; the tensors may live on the 'meta' device (shapes and
     strides only), which is how the CPU compiles the kernel for sm_90 without a GPU. persistent_programs:
-    None, one program a query tile; else at most that many programs, each taking every grid-th tile."""
+    None, one program a query tile; else at most that many programs, each taking every grid-th tile, with a
+    second Q buffer unless prefetch_q is False (the kernel's PERSISTENT flag chooses the buffers alone)."""
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
     mask, stride_mb, stride_mk = key_mask_args(key_mask)
@@ -400,7 +401,7 @@ def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_ma
             n_heads, n_heads // n_kv_heads, batch * n_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
             stride_mb, stride_mk)
     meta = dict(HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal, KEY_MASK=key_mask is not None,
-                PINGPONG=pingpong, PERSISTENT=persistent_programs is not None, EXP_SPLIT=exp_split,
+                PINGPONG=pingpong, PERSISTENT=persistent_programs is not None and prefetch_q, EXP_SPLIT=exp_split,
                 CONSUMER_REGS=CONSUMER_REGS,
                 LOADER_REGS=LOADER_REGS)
     tiles = triton.cdiv(seq_q, BLOCK_M) * batch * n_heads
@@ -414,23 +415,27 @@ def _sm_count(device_index: int) -> int:
 
 
 def attention_fwd_gluon(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
-                        pingpong: bool = False, persistent: bool = False, exp_split: bool = False) -> None:
+                        pingpong: bool = False, persistent: bool = False, exp_split: bool = False,
+                        prefetch_q: bool = True) -> None:
     """Writes O into o and lse (fp32, natural log) into lse; q, k, v (batch, heads, seq, head_dim) with
     16-byte aligned bases and strides and a unit last stride; seq_q, seq_k >= 1 (the caller handles empty
-    shapes). persistent: one program an SM (a program fills one: its registers), each walking query tiles."""
+    shapes). persistent: one program an SM (a program fills one: its registers), each walking query tiles, the
+    next tile's Q in a second buffer unless prefetch_q is False."""
     programs = _sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()) \
         if persistent else None
-    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong, programs, exp_split)
+    grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong, programs, exp_split,
+                                   prefetch_q)
     _attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int,
-                     pingpong: bool = False, persistent: bool = False, exp_split: bool = False):
+                     pingpong: bool = False, persistent: bool = False, exp_split: bool = False,
+                     prefetch_q: bool = True):
     """The kernel compiled for sm_90 from shapes alone (no GPU: the CPU can check it builds, its registers
     and its shared memory)."""
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
     _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong,
-                                132 if persistent else None, exp_split)
+                                132 if persistent else None, exp_split, prefetch_q)
     return compile_kernel_for_sm90(_attention_fwd_gluon_kernel, args, meta, NUM_WARPS, MAXNREG)

@@ -63,9 +63,11 @@ def one_q_fwd(q, k, v, causal: bool, scale: float, stages: int) -> torch.Tensor:
 
 
 def candidates(q, k, v, causal: bool, scale: float, plan) -> dict:
-    """The plan, the persistent grid as built and the persistent grid with one Q buffer: callables giving O."""
-    return {"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
-            "persistent": lambda p=replace(plan, persistent=True): attention_fwd(q, k, v, causal, scale, p)[0],
+    """One program a query tile, the persistent grid with two Q buffers and the persistent grid with one Q
+    buffer: callables giving O (`plan` is plan_attention's; its own grid is one of these)."""
+    tile = replace(plan, persistent=False, prefetch_q=True)
+    return {"plan": lambda: attention_fwd(q, k, v, causal, scale, tile)[0],
+            "persistent": lambda p=replace(tile, persistent=True): attention_fwd(q, k, v, causal, scale, p)[0],
             "persistent-1q": lambda: one_q_fwd(q, k, v, causal, scale, plan.num_stages)}
 
 

@@ -101,15 +101,18 @@ def test_gradients_through_the_triton_backward(dtype, causal, gen):
 
 
 @gpu
+@pytest.mark.parametrize("prefetch_q", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [(4, 8, 2, 2049, 2049, 128), (3, 16, 4, 1500, 1700, 64), (8, 8, 8, 777, 300, 128)],
                          ids=str)
-def test_the_persistent_grid(shape, causal, gen):
+def test_the_persistent_grid(shape, causal, prefetch_q, gen):
     # More query tiles than the GPU has SMs: each program walks several (causal ones of different lengths),
     # carrying its K/V ring and Q barrier phases from one tile to the next; then a key mask over many tiles.
+    # With one Q buffer (prefetch_q False) the next tile's Q waits for both consumers to finish the last.
     from dataclasses import replace
 
-    plan = replace(plan_attention(shape[3], shape[-1], torch.bfloat16, causal, impl="gluon"), persistent=True)
+    plan = replace(plan_attention(shape[3], shape[-1], torch.bfloat16, causal, impl="gluon"), persistent=True,
+                   prefetch_q=prefetch_q)
     q, k, v = _inputs(shape, torch.bfloat16, "cuda", gen)
     assert 2 * torch.cuda.get_device_properties(0).multi_processor_count < (shape[3] + 127) // 128 * shape[0] * shape[1]
     o = torch.full_like(q, math.nan)
@@ -323,3 +326,15 @@ def test_the_gluon_forward_builds_for_sm90_without_a_gpu():
     facts = json.loads(out.stdout.strip().splitlines()[-1])
     assert facts == {"shared": facts["shared"], "wgmma": True, "tma": True, "setmaxnreg": True}
     assert facts["shared"] <= 227 * 1024
+
+
+def test_the_unmasked_gluon_forward_plans_the_persistent_grid_with_one_q_buffer():
+    # notes/attention.md, "One Q buffer on the persistent grid": without the causal mask the plan's kernel on
+    # one program an SM; with it one program a query tile. The choice is the mask's, not the lengths'.
+    for seq in (128, 2048, 3000, 16384):
+        for head_dim in (64, 128):
+            full = plan_attention(seq, head_dim, torch.bfloat16, False, impl="gluon")
+            causal = plan_attention(seq, head_dim, torch.float16, True, impl="gluon")
+            assert (full.persistent, full.prefetch_q) == (True, False)
+            assert not causal.persistent
+    assert plan_attention(2048, 128, torch.bfloat16, False).prefetch_q  # the Triton forward: no such choice

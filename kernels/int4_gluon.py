@@ -45,6 +45,7 @@ prepack_int4's weight.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -305,6 +306,12 @@ WARPGROUPS = 1
 def plan_int4_gluon(n_rows: int, n_cols: int, n_features: int, group_size: int, gpc: int | None = None,
                     wg: int | None = None, per_sm: float | None = None, sm_count: int = DEFAULT_SM_COUNT) -> dict:
     """The launch's constexprs for M = n_rows: a pure function of the shapes (and the SM count)."""
+    return dict(_plan(n_rows, n_cols, n_features, group_size, gpc, wg, per_sm, sm_count))
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(n_rows: int, n_cols: int, n_features: int, group_size: int, gpc: int | None, wg: int | None,
+          per_sm: float | None, sm_count: int) -> tuple:
     n_groups = n_features // group_size
     mp = max(8, triton.next_power_of_2(n_rows))
     if gpc is None:  # at MP = 64 two groups a chunk need 255 registers and spill (compiled for sm_90a): one
@@ -318,7 +325,7 @@ def plan_int4_gluon(n_rows: int, n_cols: int, n_features: int, group_size: int, 
     per_sm = per_sm or (NARROW_PROGRAMS_PER_SM if mp == 8 else PROGRAMS_PER_SM if mp <= 16 else WIDE_PROGRAMS_PER_SM)
     while n_tiles * split < per_sm * sm_count and 2 * split <= chunks:  # uneven runs of K where it does not divide
         split *= 2
-    return dict(G=group_size, GPC=gpc, WG=wg, MP=mp, SPLIT=split, num_warps=4 * wg)
+    return tuple(dict(G=group_size, GPC=gpc, WG=wg, MP=mp, SPLIT=split, num_warps=4 * wg).items())
 
 
 GLUON_DTYPES = tuple(_MAGIC)
@@ -362,10 +369,17 @@ def int4_linear_gluon(x: torch.Tensor, packed: Int4Prepacked, group_size: int, o
                          f"(a multiple of {group_size}).")
     if x.device.type != "cuda" or packed.weight.device != x.device:
         raise ValueError("int4_linear_gluon: x and the prepacked weight must be on one CUDA device.")
-    n_cols = packed.n_cols
-    meta = plan_int4_gluon(n_rows, n_cols, n_features, group_size, gpc, wg, per_sm, device_sm_count(x.device))
     if out is None:
-        out = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+        out = torch.empty((n_rows, packed.n_cols), dtype=x.dtype, device=x.device)
+    return _launch(x, packed, out, gpc, wg, per_sm)
+
+
+def _launch(x: torch.Tensor, packed: Int4Prepacked, out: torch.Tensor, gpc: int | None = None,
+            wg: int | None = None, per_sm: float | None = None) -> torch.Tensor:
+    """int4_linear_gluon's launch on arguments it has checked (int4_linear_prepacked's checks cover them too)."""
+    n_rows, n_features = x.shape
+    n_cols = packed.n_cols
+    meta = plan_int4_gluon(n_rows, n_cols, n_features, packed.group_size, gpc, wg, per_sm, device_sm_count(x.device))
     block_n = BLOCK_ROWS * meta["WG"]
     n_tiles = triton.cdiv(n_cols, block_n)
     if meta["SPLIT"] > 1:
@@ -421,9 +435,12 @@ def int4_linear_prepacked(x: torch.Tensor, packed: Int4Prepacked, scales, group_
     if rows.stride(-1) != 1:
         rows = rows.contiguous()
     y = torch.empty((rows.shape[0], packed.n_cols), dtype=x.dtype, device=x.device)
-    for start in range(0, rows.shape[0], MAX_M):
-        int4_linear_gluon(rows[start:start + MAX_M], packed, packed.group_size, out=y[start:start + MAX_M])
-    return y.view(*x.shape[:-1], packed.n_cols)
+    if 0 < rows.shape[0] <= MAX_M:  # one launch: no slices
+        _launch(rows, packed, y)
+    else:
+        for start in range(0, rows.shape[0], MAX_M):
+            _launch(rows[start:start + MAX_M], packed, y[start:start + MAX_M])
+    return y if x.dim() == 2 else y.view(*x.shape[:-1], packed.n_cols)
 
 
 def compile_for_sm90(n_rows: int = 1, dtype: torch.dtype = torch.bfloat16, group_size: int = 128,

@@ -496,7 +496,6 @@ INT4_IMPLS = ("triton", "gluon")
 
 
 @functools.cache
-@functools.cache
 def _gluon_module():
     """kernels/int4_gluon.py, or None where this Triton's triton.experimental.gluon lacks what it uses."""
     try:

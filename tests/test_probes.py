@@ -123,3 +123,19 @@ def test_the_attention_line_fit_reproduces_the_fits_its_rounds_recorded():
     exact = line_fit([1, 2, 4], [5.0, 7.0, 11.0])  # T = 3 + 2n
     assert abs(exact["fixed_us"] - 3) < 1e-12 and abs(exact["per_key_tile_us"] - 2) < 1e-12
     assert exact["worst_residual"] < 1e-12
+
+
+def test_the_overlap_fault_forms_still_apply_to_the_overlap_probe():
+    """Each form of probes/attention_overlap_fault.py is the overlap probe's source with one change: every
+    change must still find its one place there, and the form must still be Python that differs from the base."""
+    import ast
+
+    from probes.attention_overlap_fault import SOURCE, form_source
+
+    assert form_source("base") == SOURCE
+    for name in ("dbg", "pad", "lockstep", "swap"):
+        text = form_source(name)
+        ast.parse(text)
+        assert text != SOURCE, name
+    assert form_source("dbg").count("_dump(mask_ptr") == 2
+    assert "def _loader" in form_source("swap") and "WG * Q_BUFFERS + nqb" in form_source("swap")

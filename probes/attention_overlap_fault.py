@@ -1,0 +1,227 @@
+"""GPU probe: where does the two-Q-buffer overlap form of the Gluon forward go wrong?
+
+    python probes/attention_overlap_fault.py OUT_DIR     (writes OUT_DIR/attention_overlap_fault.json)
+
+Round attention-ramp-overlap (notes/attention.md) built "overlap-2q": the persistent Gluon forward with each
+query tile's first score product S_0 and its masked softmax run under the last tile's value product, and two Q
+buffers so the next tile's Q is in place. Its outputs differed from the plan's at four of eleven shapes, in the
+rows of the consumer warpgroup that runs as a worker partition, at the query tiles a program takes at odd
+turns (the second Q buffer). This probe checks four forms of that kernel against the plan at four shapes, and
+in one form dumps what each consumer reads at each tile boundary:
+
+- "base": overlap-2q as probes/attention_ramp_overlap.py builds it;
+- "dbg": the same, storing for every query tile and warpgroup the row max and row sum of S_0 and the row sums
+  of the Q rows read from shared memory, where S_0 is taken (the boundary before the tile, or the first tile);
+- "pad": the Q buffers allocated two slots larger (does the last buffer overlap something?);
+- "lockstep": the loader brings tile i's Q only once both consumers are done with tile i - 1's, as with one
+  buffer (do the consumers drifting apart matter?);
+- "swap": the four Q slots in the order [WG0 b0, WG0 b1, WG1 b0, WG1 b1] instead of [b0 WG0, b0 WG1, ...].
+
+Each form is written out as a module of its own (the overlap probe's source with the change made) in a
+temporary folder and compiled from there. Correctness only: nothing is timed. Every wrong output row is
+classed by warpgroup and by the parity of its tile's turn; the dump is compared with torch's S_0 and Q row
+sums in fp32.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import kernels.attention_gluon as AG  # noqa: E402
+import probes.attention_ramp_overlap as OVERLAP  # noqa: E402
+from kernels.attention import attention_fwd, plan_attention  # noqa: E402
+from probes.harness import environment, write_output  # noqa: E402
+
+QUESTION = "Where does the two-Q-buffer overlap form of the Gluon forward go wrong?"
+CANDIDATES = ("base: overlap-2q as built", "dbg: overlap-2q dumping S_0 and Q row sums at each boundary",
+              "pad: two spare Q slots", "lockstep: tile i's Q loaded once tile i - 1's is free",
+              "swap: Q slots ordered by warpgroup first")
+SHAPES = ("B x H x S_q x S_k x D: 8 x 16 x 1,024 x 512 x 128 and 1 x 33 x 1,024 x 512 x 128 (bf16, no mask), "
+          "8 x 16 x 2,048 x 512 x 64 (fp16, no mask), 4 x 16 x 1,024 x 1,000 x 128 (bf16, causal)")
+OUTPUTS = {"attention-overlap-fault": ("notes/probes/2026-11-28-h100-attention-overlap-fault.json",)}
+
+# (batch, heads, kv heads, seq_q, seq_k, head dim, dtype, causal, key mask)
+FAULT_SHAPES = ((8, 16, 16, 1024, 512, 128, torch.bfloat16, False, False),
+                (1, 33, 33, 1024, 512, 128, torch.bfloat16, False, False),
+                (8, 16, 16, 2048, 512, 64, torch.float16, False, False),
+                (4, 16, 16, 1024, 1000, 128, torch.bfloat16, True, False))
+SOURCE = Path(OVERLAP.__file__).read_text(encoding="utf-8")
+
+_DUMP = '''
+
+@gluon.jit
+def _dump(dump_ptr, t, WG: gl.constexpr, s, q_view, wg_m: gl.constexpr, HEAD_DIM: gl.constexpr,
+          s_layout: gl.constexpr):
+    rows = gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
+    base = dump_ptr + (t * 2 + WG).to(gl.int64) * (3 * wg_m)
+    gl.store(base + rows, gl.max(s, axis=1))
+    gl.store(base + wg_m + rows, gl.sum(s, axis=1))
+    ql: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    qv = q_view.load(ql).to(gl.float32)
+    qrows = gl.arange(0, wg_m, layout=gl.SliceLayout(1, ql))
+    gl.store(base + 2 * wg_m + qrows, gl.sum(qv, axis=1))
+'''
+
+
+def _replace(text: str, old: str, new: str) -> str:
+    if text.count(old) != 1:
+        raise RuntimeError(f"the overlap probe's source no longer holds exactly one {old!r}")
+    return text.replace(old, new)
+
+
+def form_source(name: str) -> str:
+    """The overlap probe's source with form `name`'s change made ("base": unchanged)."""
+    s = SOURCE
+    if name == "dbg":  # the dump goes where the key mask's pointer would: these shapes have no mask
+        s = _replace(s, "\n\n@gluon.jit\ndef _tile_rows", _DUMP + "\n\n@gluon.jit\ndef _tile_rows")
+        s = _replace(s, "            s = warpgroup_mma_wait(0, deps=(s_acc, ))\n",
+                     "            s = warpgroup_mma_wait(0, deps=(s_acc, ))\n"
+                     "            _dump(mask_ptr, t, WG, s, q_view, wg_m, HEAD_DIM, s_layout)\n")
+        s = _replace(s, "            s = warpgroup_mma_wait(1, deps=(s_acc, ))\n",
+                     "            s = warpgroup_mma_wait(1, deps=(s_acc, ))\n"
+                     "            _dump(mask_ptr, t_next, WG, s, nq_view, wg_m, HEAD_DIM, s_layout)\n")
+    elif name == "pad":
+        s = _replace(s, "gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape",
+                     "gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS + 2] + q_desc.block_type.shape")
+    elif name in ("lockstep", "swap"):  # a loader of the form's own, after the imports
+        loader = inspect.getsource(AG._loader.fn)
+        if name == "lockstep":
+            loader = _replace(loader, "        mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)\n",
+                              "        mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)\n"
+                              "        if i > 0:\n"
+                              "            mbarrier.wait(q_free.index((i - 1) % Q_BUFFERS), ((i - 1) // Q_BUFFERS) & 1)\n")
+        else:
+            loader = _replace(loader, "q_smem.index(2 * qb))", "q_smem.index(qb))")
+            loader = _replace(loader, "q_smem.index(2 * qb + 1))", "q_smem.index(Q_BUFFERS + qb))")
+            s = _replace(s, "q_smem.index(2 * qb + WG)", "q_smem.index(WG * Q_BUFFERS + qb)")
+            s = _replace(s, "q_smem.index(2 * nqb + WG)", "q_smem.index(WG * Q_BUFFERS + nqb)")
+        s = _replace(s, "_LN2, MAXNREG, NUM_WARPS, _consume_tiles, _loader, _query_tile, _softmax_tile, launch_args)",
+                     "_LN2, MAXNREG, NUM_WARPS, _consume_tiles, _query_tile, _softmax_tile, launch_args)\n"
+                     "from triton.experimental.gluon.language.nvidia.hopper import tma  # noqa: E402\n\n\n" + loader)
+    return s
+
+
+def load_form(name: str, folder: Path):
+    """Form `name` as a module (Gluon reads a kernel's source from its file, so the form is written out)."""
+    if name == "base":
+        return OVERLAP
+    path = folder / f"overlap_fault_{name}.py"
+    path.write_text(form_source(name), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_form(module, q, k, v, causal, scale, stages, key_mask, dump=None):
+    """(O, lse) of the form's kernel on the persistent grid with two Q buffers, outputs NaN-poisoned first."""
+    o = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
+    programs = torch.cuda.get_device_properties(q.device).multi_processor_count
+    grid, args, meta = AG.launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, False, programs, False)
+    if dump is not None:
+        args = args[:5] + (dump, ) + args[6:]
+    module._overlap_kernel[grid](*args, **meta, Q_BUFFERS=2, num_warps=AG.NUM_WARPS, maxnreg=AG.MAXNREG)
+    return o, lse
+
+
+def _class(t: int, row: int, programs: int) -> str:
+    return f"wg{(row % 128) // 64}-turn{'odd' if (t // programs) % 2 else 'even'}"
+
+
+def wrong_rows(o, o_plan, programs: int, causal: bool) -> dict:
+    """Output rows differing from the plan's (or NaN), counted by warpgroup and by the parity of the turn."""
+    heads, seq_q = o.shape[1], o.shape[2]
+    n_blocks = math.ceil(seq_q / 128)
+    wrong = ((o.float() - o_plan.float()).abs().amax(-1) > 0) | o.isnan().any(-1)
+    counts = {}
+    for b, h, r in wrong.nonzero().tolist():
+        block = r // 128
+        t = (b * heads + h) * n_blocks + (n_blocks - 1 - block if causal else block)
+        key = _class(t, r, programs)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def check_dump(dump, q, k, heads: int, kv_heads: int, programs: int) -> dict:
+    """Each tile's dumped S_0 row max and row sum and Q row sums against torch's, by warpgroup and parity."""
+    seq_q = q.shape[2]
+    n_blocks = math.ceil(seq_q / 128)
+    group = heads // kv_heads
+    out = {}
+    for t in range(dump.shape[0]):
+        bh, block = divmod(t, n_blocks)
+        b, h = divmod(bh, heads)
+        for wg in range(2):
+            r0 = block * 128 + wg * 64
+            rows = min(64, seq_q - r0)
+            if rows <= 0:
+                continue
+            q_rows = q[b, h, r0:r0 + rows].float()
+            s0 = q_rows @ k[b, h // group, :AG.BLOCK_N].float().T
+            got = dump[t, wg, :, :rows]
+            c = out.setdefault(_class(t, r0, programs), {"tiles": 0, "q_bad": 0, "s_bad": 0, "nan": 0})
+            c["tiles"] += 1
+            if got.isnan().any():
+                c["nan"] += 1
+                continue
+            q_bad = not torch.allclose(got[2], q_rows.sum(-1), rtol=1e-3, atol=1e-2)
+            s_bad = not (torch.allclose(got[0], s0.amax(-1), rtol=1e-3, atol=1e-2)
+                         and torch.allclose(got[1], s0.sum(-1), rtol=1e-3, atol=1e-1))
+            c["q_bad"] += q_bad
+            c["s_bad"] += s_bad
+    return out
+
+
+def main() -> int:
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {**environment(), "question": QUESTION, "shapes": SHAPES, "checks": []}
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    folder = Path(tempfile.mkdtemp(prefix="overlap-fault-"))
+    forms = {name: load_form(name, folder) for name in ("base", "dbg", "pad", "lockstep", "swap")}
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(5)
+    for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in FAULT_SHAPES:
+        q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
+        k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
+                for _ in range(2))
+        key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
+        scale = 1 / math.sqrt(head_dim)
+        plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
+        o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
+        row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "dtype": str(dtype), "causal": causal,
+               "mask": masked}
+        for name, module in forms.items():
+            if name == "dbg" and masked:
+                continue
+            try:
+                tiles = math.ceil(seq_q / 128) * batch * heads
+                dump = torch.full((tiles, 2, 3, 64), float("nan"), device="cuda") if name == "dbg" else None
+                o, lse = run_form(module, q, k, v, causal, scale, plan.num_stages, key_mask, dump)
+                torch.cuda.synchronize()
+                row[name] = {"equal": bool(torch.equal(o, o_plan) and torch.equal(lse, lse_plan)),
+                             "bad_rows": wrong_rows(o, o_plan, programs, causal)}
+                if dump is not None and not causal:
+                    row[name]["dump"] = check_dump(dump, q, k, heads, kv_heads, programs)
+            except Exception as e:  # one form failing to build or run does not stop the others
+                row[name] = f"{type(e).__name__}: {str(e)[:300]}"
+        print(json.dumps(row), flush=True)
+        result["checks"].append(row)
+        write_output(out_dir / "attention_overlap_fault.json", result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,8 +17,8 @@ in one form dumps what each consumer reads at each tile boundary:
   buffer (do the consumers drifting apart matter?);
 - "swap": the four Q slots in the order [WG0 b0, WG0 b1, WG1 b0, WG1 b1] instead of [b0 WG0, b0 WG1, ...].
 
-Each form is written out as a module of its own (the overlap probe's source with the change made) in a
-temporary folder and compiled from there. Correctness only: nothing is timed. Every wrong output row is
+Each form is written out as a module of its own (the overlap probe's source, read as text, with the change
+made) in a temporary folder and compiled from there. Correctness only: nothing is timed. Every wrong output row is
 classed by warpgroup and by the parity of its tile's turn; the dump is compared with torch's S_0 and Q row
 sums in fp32.
 """
@@ -38,7 +38,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels.attention_gluon as AG  # noqa: E402
-import probes.attention_ramp_overlap as OVERLAP  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
@@ -55,7 +54,9 @@ FAULT_SHAPES = ((8, 16, 16, 1024, 512, 128, torch.bfloat16, False, False),
                 (1, 33, 33, 1024, 512, 128, torch.bfloat16, False, False),
                 (8, 16, 16, 2048, 512, 64, torch.float16, False, False),
                 (4, 16, 16, 1024, 1000, 128, torch.bfloat16, True, False))
-SOURCE = Path(OVERLAP.__file__).read_text(encoding="utf-8")
+# The overlap probe is read as text, never imported (probes do not import each other): every form, the base
+# too, is compiled from a copy of its own.
+SOURCE = (Path(__file__).resolve().parent / "attention_ramp_overlap.py").read_text(encoding="utf-8")
 
 _DUMP = '''
 
@@ -113,8 +114,6 @@ def form_source(name: str) -> str:
 
 def load_form(name: str, folder: Path):
     """Form `name` as a module (Gluon reads a kernel's source from its file, so the form is written out)."""
-    if name == "base":
-        return OVERLAP
     path = folder / f"overlap_fault_{name}.py"
     path.write_text(form_source(name), encoding="utf-8")
     spec = importlib.util.spec_from_file_location(path.stem, path)

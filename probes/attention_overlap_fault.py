@@ -1,6 +1,7 @@
 """GPU probe: where does the two-Q-buffer overlap form of the Gluon forward go wrong?
 
     python probes/attention_overlap_fault.py OUT_DIR     (writes OUT_DIR/attention_overlap_fault.json)
+    python probes/attention_overlap_fault.py OUT_DIR --locate   (OUT_DIR/attention_overlap_fault_locate.json)
 
 Round attention-ramp-overlap (notes/attention.md) built "overlap-2q": the persistent Gluon forward with each
 query tile's first score product S_0 and its masked softmax run under the last tile's value product, and two Q
@@ -16,6 +17,12 @@ in one form dumps what each consumer reads at each tile boundary:
 - "lockstep": the loader brings tile i's Q only once both consumers are done with tile i - 1's, as with one
   buffer (do the consumers drifting apart matter?);
 - "swap": the four Q slots in the order [WG0 b0, WG0 b1, WG1 b0, WG1 b1] instead of [b0 WG0, b0 WG1, ...].
+
+--locate runs the next step once the first has said where the fault is not: the base form and "locate",
+which dumps for every query tile and warpgroup the row sums of the Q rows its key loop reads (through the view
+made at the top of the tile's turn) and each row's final running maximum m and sum d, compared with torch's
+(m = max_j s_j · scale · log2 e, d = sum_j 2^(s_j · scale · log2 e - m)) at the three shapes without a mask:
+a wrong Q there, right Q with a wrong m (the scores), or right m and a wrong d (the softmax's sum).
 
 Each form is written out as a module of its own (the overlap probe's source, read as text, with the change
 made) in a temporary folder and compiled from there. Correctness only: nothing is timed. Every wrong output row is
@@ -73,6 +80,24 @@ def _dump(dump_ptr, t, WG: gl.constexpr, s, q_view, wg_m: gl.constexpr, HEAD_DIM
     gl.store(base + 2 * wg_m + qrows, gl.sum(qv, axis=1))
 '''
 
+_LOCATE = '''
+
+@gluon.jit
+def _locate_q(dump_ptr, t, WG: gl.constexpr, q_view, wg_m: gl.constexpr):
+    base = dump_ptr + (t * 2 + WG).to(gl.int64) * (3 * wg_m)
+    ql: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    qv = q_view.load(ql).to(gl.float32)
+    gl.store(base + gl.arange(0, wg_m, layout=gl.SliceLayout(1, ql)), gl.sum(qv, axis=1))
+
+
+@gluon.jit
+def _locate_md(dump_ptr, t, WG: gl.constexpr, m, d, wg_m: gl.constexpr, s_layout: gl.constexpr):
+    base = dump_ptr + (t * 2 + WG).to(gl.int64) * (3 * wg_m)
+    rows = gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
+    gl.store(base + wg_m + rows, m)
+    gl.store(base + 2 * wg_m + rows, d)
+'''
+
 
 def _replace(text: str, old: str, new: str) -> str:
     if text.count(old) != 1:
@@ -91,6 +116,13 @@ def form_source(name: str) -> str:
         s = _replace(s, "            s = warpgroup_mma_wait(1, deps=(s_acc, ))\n",
                      "            s = warpgroup_mma_wait(1, deps=(s_acc, ))\n"
                      "            _dump(mask_ptr, t_next, WG, s, nq_view, wg_m, HEAD_DIM, s_layout)\n")
+    elif name == "locate":
+        s = _replace(s, "\n\n@gluon.jit\ndef _tile_rows", _LOCATE + "\n\n@gluon.jit\ndef _tile_rows")
+        s = _replace(s, "        q_view = q_smem.index(2 * qb + WG).reshape([wg_m, HEAD_DIM])\n",
+                     "        q_view = q_smem.index(2 * qb + WG).reshape([wg_m, HEAD_DIM])\n"
+                     "        _locate_q(mask_ptr, t, WG, q_view, wg_m)\n")
+        s = _replace(s, "        _store_tile(o, m, d, o_ptr,",
+                     "        _locate_md(mask_ptr, t, WG, m, d, wg_m, s_layout)\n        _store_tile(o, m, d, o_ptr,")
     elif name == "pad":
         s = _replace(s, "gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape",
                      "gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS + 2] + q_desc.block_type.shape")
@@ -183,16 +215,51 @@ def check_dump(dump, q, k, heads: int, kv_heads: int, programs: int) -> dict:
     return out
 
 
+def check_locate(dump, q, k, heads: int, kv_heads: int, programs: int, scale: float) -> dict:
+    """Each tile's dumped Q row sums (the key loop's view) and final m and d against torch's, by class."""
+    seq_q = q.shape[2]
+    n_blocks = math.ceil(seq_q / 128)
+    group = heads // kv_heads
+    out = {}
+    for t in range(dump.shape[0]):
+        bh, block = divmod(t, n_blocks)
+        b, h = divmod(bh, heads)
+        for wg in range(2):
+            r0 = block * 128 + wg * 64
+            rows = min(64, seq_q - r0)
+            if rows <= 0:
+                continue
+            q_rows = q[b, h, r0:r0 + rows].float()
+            x = (q_rows @ k[b, h // group].float().T) * (scale * 1.4426950408889634)
+            m = x.amax(-1)
+            d = torch.exp2(x - m[:, None]).sum(-1)
+            got = dump[t, wg, :, :rows]
+            c = out.setdefault(_class(t, r0, programs), {"tiles": 0, "q_bad": 0, "m_bad": 0, "d_bad": 0, "nan": 0})
+            c["tiles"] += 1
+            if got.isnan().any():
+                c["nan"] += 1
+                continue
+            c["q_bad"] += not torch.allclose(got[0], q_rows.sum(-1), rtol=1e-3, atol=1e-2)
+            c["m_bad"] += not torch.allclose(got[1], m, rtol=1e-3, atol=1e-2)
+            c["d_bad"] += not torch.allclose(got[2], d, rtol=1e-3, atol=1e-2)
+    return out
+
+
 def main() -> int:
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
+    locate = "--locate" in sys.argv
     result = {**environment(), "question": QUESTION, "shapes": SHAPES, "checks": []}
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     folder = Path(tempfile.mkdtemp(prefix="overlap-fault-"))
-    forms = {name: load_form(name, folder) for name in ("base", "dbg", "pad", "lockstep", "swap")}
+    names = ("base", "locate") if locate else ("base", "dbg", "pad", "lockstep", "swap")
+    forms = {name: load_form(name, folder) for name in names}
+    output = out_dir / ("attention_overlap_fault_locate.json" if locate else "attention_overlap_fault.json")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(5)
     for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in FAULT_SHAPES:
+        if locate and (causal or masked):
+            continue
         q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
         k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
                 for _ in range(2))
@@ -207,18 +274,21 @@ def main() -> int:
                 continue
             try:
                 tiles = math.ceil(seq_q / 128) * batch * heads
-                dump = torch.full((tiles, 2, 3, 64), float("nan"), device="cuda") if name == "dbg" else None
+                dumps = name in ("dbg", "locate")
+                dump = torch.full((tiles, 2, 3, 64), float("nan"), device="cuda") if dumps else None
                 o, lse = run_form(module, q, k, v, causal, scale, plan.num_stages, key_mask, dump)
                 torch.cuda.synchronize()
                 row[name] = {"equal": bool(torch.equal(o, o_plan) and torch.equal(lse, lse_plan)),
                              "bad_rows": wrong_rows(o, o_plan, programs, causal)}
-                if dump is not None and not causal:
+                if name == "dbg" and not causal:
                     row[name]["dump"] = check_dump(dump, q, k, heads, kv_heads, programs)
+                if name == "locate":
+                    row[name]["dump"] = check_locate(dump, q, k, heads, kv_heads, programs, scale)
             except Exception as e:  # one form failing to build or run does not stop the others
                 row[name] = f"{type(e).__name__}: {str(e)[:300]}"
         print(json.dumps(row), flush=True)
         result["checks"].append(row)
-        write_output(out_dir / "attention_overlap_fault.json", result)
+        write_output(output, result)
     return 0
 
 

@@ -133,9 +133,10 @@ def test_the_overlap_fault_forms_still_apply_to_the_overlap_probe():
     from probes.attention_overlap_fault import SOURCE, form_source
 
     assert form_source("base") == SOURCE
-    for name in ("dbg", "pad", "lockstep", "swap"):
+    for name in ("dbg", "locate", "pad", "lockstep", "swap"):
         text = form_source(name)
         ast.parse(text)
         assert text != SOURCE, name
     assert form_source("dbg").count("_dump(mask_ptr") == 2
+    assert form_source("locate").count("_locate_q(mask_ptr") == form_source("locate").count("_locate_md(mask_ptr") == 1
     assert "def _loader" in form_source("swap") and "WG * Q_BUFFERS + nqb" in form_source("swap")

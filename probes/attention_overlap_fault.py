@@ -32,10 +32,12 @@ sums in fp32.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import inspect
 import json
 import math
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -252,6 +254,7 @@ def main() -> int:
     result = {**environment(), "question": QUESTION, "shapes": SHAPES, "checks": []}
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     folder = Path(tempfile.mkdtemp(prefix="overlap-fault-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the forms' sources, read once at import
     names = ("base", "locate") if locate else ("base", "dbg", "pad", "lockstep", "swap")
     forms = {name: load_form(name, folder) for name in names}
     output = out_dir / ("attention_overlap_fault_locate.json" if locate else "attention_overlap_fault.json")

@@ -47,6 +47,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels.attention_gluon as AG  # noqa: E402
+from kernels._gluon_host import LOG2E  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
@@ -187,8 +188,9 @@ def wrong_rows(o, o_plan, programs: int, causal: bool) -> dict:
     return counts
 
 
-def check_dump(dump, q, k, heads: int, kv_heads: int, programs: int) -> dict:
-    """Each tile's dumped S_0 row max and row sum and Q row sums against torch's, by warpgroup and parity."""
+def _tally(dump, q, k, heads: int, kv_heads: int, programs: int, names: tuple, judge) -> dict:
+    """Per warpgroup and parity, how many tiles' dumped rows `judge(q_rows, keys, got)` finds wrong under each
+    of `names` ({name: bool}); a dump left NaN (a tile never written) is counted apart."""
     seq_q = q.shape[2]
     n_blocks = math.ceil(seq_q / 128)
     group = heads // kv_heads
@@ -201,50 +203,37 @@ def check_dump(dump, q, k, heads: int, kv_heads: int, programs: int) -> dict:
             rows = min(64, seq_q - r0)
             if rows <= 0:
                 continue
-            q_rows = q[b, h, r0:r0 + rows].float()
-            s0 = q_rows @ k[b, h // group, :AG.BLOCK_N].float().T
             got = dump[t, wg, :, :rows]
-            c = out.setdefault(_class(t, r0, programs), {"tiles": 0, "q_bad": 0, "s_bad": 0, "nan": 0})
+            c = out.setdefault(_class(t, r0, programs), dict.fromkeys(("tiles", *names, "nan"), 0))
             c["tiles"] += 1
             if got.isnan().any():
                 c["nan"] += 1
                 continue
-            q_bad = not torch.allclose(got[2], q_rows.sum(-1), rtol=1e-3, atol=1e-2)
-            s_bad = not (torch.allclose(got[0], s0.amax(-1), rtol=1e-3, atol=1e-2)
-                         and torch.allclose(got[1], s0.sum(-1), rtol=1e-3, atol=1e-1))
-            c["q_bad"] += q_bad
-            c["s_bad"] += s_bad
+            for name, bad in judge(q[b, h, r0:r0 + rows].float(), k[b, h // group].float(), got).items():
+                c[name] += bad
     return out
+
+
+def check_dump(dump, q, k, heads: int, kv_heads: int, programs: int) -> dict:
+    """Each tile's dumped S_0 row max and row sum and Q row sums against torch's, by warpgroup and parity."""
+    def judge(q_rows, keys, got):
+        s0 = q_rows @ keys[:AG.BLOCK_N].T
+        return {"q_bad": not torch.allclose(got[2], q_rows.sum(-1), rtol=1e-3, atol=1e-2),
+                "s_bad": not (torch.allclose(got[0], s0.amax(-1), rtol=1e-3, atol=1e-2)
+                              and torch.allclose(got[1], s0.sum(-1), rtol=1e-3, atol=1e-1))}
+    return _tally(dump, q, k, heads, kv_heads, programs, ("q_bad", "s_bad"), judge)
 
 
 def check_locate(dump, q, k, heads: int, kv_heads: int, programs: int, scale: float) -> dict:
     """Each tile's dumped Q row sums (the key loop's view) and final m and d against torch's, by class."""
-    seq_q = q.shape[2]
-    n_blocks = math.ceil(seq_q / 128)
-    group = heads // kv_heads
-    out = {}
-    for t in range(dump.shape[0]):
-        bh, block = divmod(t, n_blocks)
-        b, h = divmod(bh, heads)
-        for wg in range(2):
-            r0 = block * 128 + wg * 64
-            rows = min(64, seq_q - r0)
-            if rows <= 0:
-                continue
-            q_rows = q[b, h, r0:r0 + rows].float()
-            x = (q_rows @ k[b, h // group].float().T) * (scale * 1.4426950408889634)
-            m = x.amax(-1)
-            d = torch.exp2(x - m[:, None]).sum(-1)
-            got = dump[t, wg, :, :rows]
-            c = out.setdefault(_class(t, r0, programs), {"tiles": 0, "q_bad": 0, "m_bad": 0, "d_bad": 0, "nan": 0})
-            c["tiles"] += 1
-            if got.isnan().any():
-                c["nan"] += 1
-                continue
-            c["q_bad"] += not torch.allclose(got[0], q_rows.sum(-1), rtol=1e-3, atol=1e-2)
-            c["m_bad"] += not torch.allclose(got[1], m, rtol=1e-3, atol=1e-2)
-            c["d_bad"] += not torch.allclose(got[2], d, rtol=1e-3, atol=1e-2)
-    return out
+    def judge(q_rows, keys, got):
+        x = (q_rows @ keys.T) * (scale * LOG2E)
+        m = x.amax(-1)
+        d = torch.exp2(x - m[:, None]).sum(-1)
+        return {"q_bad": not torch.allclose(got[0], q_rows.sum(-1), rtol=1e-3, atol=1e-2),
+                "m_bad": not torch.allclose(got[1], m, rtol=1e-3, atol=1e-2),
+                "d_bad": not torch.allclose(got[2], d, rtol=1e-3, atol=1e-2)}
+    return _tally(dump, q, k, heads, kv_heads, programs, ("q_bad", "m_bad", "d_bad"), judge)
 
 
 def main() -> int:

@@ -24,6 +24,13 @@ made at the top of the tile's turn) and each row's final running maximum m and s
 (m = max_j s_j · scale · log2 e, d = sum_j 2^(s_j · scale · log2 e - m)) at the three shapes without a mask:
 a wrong Q there, right Q with a wrong m (the scores), or right m and a wrong d (the softmax's sum).
 
+--trace runs the step after that (locate found the Q right and m wrong): the base form, "trace", a copy of the
+key loop storing at every step j >= 1 the row max of S_j and m before and after the step, compared with torch's
+(at the one-batch shape each wrong S_j is also matched to the pair of 64 query rows and key tile of the whole
+input whose product it equals best), and "static", the key loops run in a branch a Q buffer so each has its Q
+view's address fixed at compile time, at all four shapes. When "static" is right at all four, the overlap
+probe's own checks and timings are run with it (OUT_DIR/static/attention_ramp_overlap.json).
+
 Each form is written out as a module of its own (the overlap probe's source, read as text, with the change
 made) in a temporary folder and compiled from there. Correctness only: nothing is timed. Every wrong output row is
 classed by warpgroup and by the parity of its tile's turn; the dump is compared with torch's S_0 and Q row
@@ -54,7 +61,8 @@ from probes.harness import environment, write_output  # noqa: E402
 QUESTION = "Where does the two-Q-buffer overlap form of the Gluon forward go wrong?"
 CANDIDATES = ("base: overlap-2q as built", "dbg: overlap-2q dumping S_0 and Q row sums at each boundary",
               "pad: two spare Q slots", "lockstep: tile i's Q loaded once tile i - 1's is free",
-              "swap: Q slots ordered by warpgroup first")
+              "swap: Q slots ordered by warpgroup first", "locate: Q row sums and final m, d per tile",
+              "trace: each key-loop step's S_j row max and m", "static: a key loop a Q buffer, addresses fixed")
 SHAPES = ("B x H x S_q x S_k x D: 8 x 16 x 1,024 x 512 x 128 and 1 x 33 x 1,024 x 512 x 128 (bf16, no mask), "
           "8 x 16 x 2,048 x 512 x 64 (fp16, no mask), 4 x 16 x 1,024 x 1,000 x 128 (bf16, causal)")
 OUTPUTS = {"attention-overlap-fault": ("notes/probes/2026-11-28-h100-attention-overlap-fault.json",)}
@@ -101,6 +109,20 @@ def _locate_md(dump_ptr, t, WG: gl.constexpr, m, d, wg_m: gl.constexpr, s_layout
     gl.store(base + 2 * wg_m + rows, d)
 '''
 
+TRACE_C = 64  # key tiles a program's trace holds (enough for the unmasked shapes: 8 turns of 4 at most)
+_TRACE = '''
+
+@gluon.jit
+def _trace(trace_ptr, c, WG: gl.constexpr, s, m_in, m_out, s_layout: gl.constexpr):
+    wg_m: gl.constexpr = s.shape[0]
+    rows = gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
+    if c < TRACE_C:
+        base = trace_ptr + ((gl.program_id(0) * TRACE_C + c) * 2 + WG).to(gl.int64) * (3 * wg_m)
+        gl.store(base + rows, gl.max(s, axis=1))
+        gl.store(base + wg_m + rows, m_in)
+        gl.store(base + 2 * wg_m + rows, m_out)
+'''
+
 
 def _replace(text: str, old: str, new: str) -> str:
     if text.count(old) != 1:
@@ -126,6 +148,26 @@ def form_source(name: str) -> str:
                      "        _locate_q(mask_ptr, t, WG, q_view, wg_m)\n")
         s = _replace(s, "        _store_tile(o, m, d, o_ptr,",
                      "        _locate_md(mask_ptr, t, WG, m, d, wg_m, s_layout)\n        _store_tile(o, m, d, o_ptr,")
+    elif name == "trace":  # the key loop, a copy of its own, storing each key tile's row max of S_j and m
+        loop = inspect.getsource(AG._consume_tiles.fn)
+        loop = _replace(loop, "        p, m, d, alpha = _softmax_tile(",
+                        "        m_in = m\n        p, m, d, alpha = _softmax_tile(")
+        loop = _replace(loop, "        o, p_prev = warpgroup_mma_wait(0, deps=(o_acc, p_prev))\n",
+                        "        _trace(mask_base, c, WG, s, m_in, m, s_layout)\n"
+                        "        o, p_prev = warpgroup_mma_wait(0, deps=(o_acc, p_prev))\n")
+        s = _replace(s, "_LN2, MAXNREG, NUM_WARPS, _consume_tiles, _loader, _query_tile, _softmax_tile, launch_args)",
+                     "_LN2, MAXNREG, NUM_WARPS, _loader, _query_tile, _softmax_tile, launch_args)\n"
+                     "from kernels.attention_gluon import _pass_turn, _take_turn  # noqa: E402\n"
+                     + _TRACE.replace("TRACE_C", str(TRACE_C)) + "\n\n" + loop)
+    elif name == "static":  # the key loops run in one branch a Q buffer, each with its Q view's address fixed
+        calls = s[s.index("        o, p_prev, m, d = _consume_tiles("):s.index("        mbarrier.arrive(q_free.index(qb))\n")]
+        assert calls.count("_consume_tiles(") == 2 and calls.count("q_view") == 2
+        branches = "".join(f"        {word}:\n" + "".join("    " + line + "\n" for line in
+                                                        calls.replace("q_view", f"q_static{b}").splitlines())
+                           for b, word in ((0, "if qb == 0"), (1, "else")))
+        s = _replace(s, calls, "        q_static0 = q_smem.index(WG).reshape([wg_m, HEAD_DIM])\n"
+                               "        q_static1 = q_smem.index(2 * (Q_BUFFERS - 1) + WG).reshape([wg_m, HEAD_DIM])\n"
+                     + branches)
     elif name == "pad":
         s = _replace(s, "gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape",
                      "gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS + 2] + q_desc.block_type.shape")
@@ -236,21 +278,75 @@ def check_locate(dump, q, k, heads: int, kv_heads: int, programs: int, scale: fl
     return _tally(dump, q, k, heads, kv_heads, programs, ("q_bad", "m_bad", "d_bad"), judge)
 
 
+def check_trace(trace, q, k, programs: int, scale: float, search: bool) -> dict:
+    """Each key-loop step's stored row max of S_j, m before and m after, against torch's, by warpgroup and
+    parity; with `search`, each wrong S_j row max is matched to the (64 query rows, key tile) pair of the whole
+    input whose product's row max it equals best, named relative to the right pair."""
+    batch, heads, seq_q, dim = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    n_blocks, n_keys, bn = math.ceil(seq_q / 128), math.ceil(seq_k / AG.BLOCK_N), AG.BLOCK_N
+    group, qk = heads // kv_heads, scale * LOG2E
+    if search:  # row max of every query row against every key tile: [query rows, kv heads x key tiles]
+        flat_k = k.float().reshape(batch * kv_heads, n_keys, bn, dim)
+        table = torch.stack([(q.float().reshape(-1, dim) @ kt.T).amax(-1)
+                             for kt in flat_k.reshape(-1, bn, dim)], -1)
+    out, matches = {}, {}
+    for t in range(batch * heads * n_blocks):
+        p, turn = t % programs, t // programs
+        bh, block = divmod(t, n_blocks)
+        b, h = divmod(bh, heads)
+        for wg in range(2):
+            r0 = block * 128 + wg * 64
+            q_rows = q[b, h, r0:r0 + 64].float()
+            c_name = _class(t, r0, programs)
+            for j in range(1, n_keys):
+                c = turn * n_keys + j
+                if c >= TRACE_C:
+                    continue
+                got = trace[p, c, wg]
+                x = q_rows @ k[b, h // group, :(j + 1) * bn].float().T
+                want = (x[:, j * bn:].amax(-1), x[:, :j * bn].amax(-1) * qk, x.amax(-1) * qk)
+                bad = [not torch.allclose(g, w, rtol=1e-3, atol=1e-2) for g, w in zip(got, want)]
+                row = out.setdefault(c_name, dict.fromkeys(("steps", "s_bad", "m_in_bad", "m_out_bad", "nan"), 0))
+                row["steps"] += 1
+                if got.isnan().any():
+                    row["nan"] += 1
+                    continue
+                row["s_bad"] += bad[0]
+                row["m_in_bad"] += bad[1]
+                row["m_out_bad"] += bad[2]
+                if search and bad[0]:
+                    err = (table.reshape(-1, 64, table.shape[-1]) - got[0][None, :, None]).abs().amax(1)
+                    best = int(err.argmin())
+                    qi, ki = divmod(best, table.shape[-1])
+                    wq = qi % 2  # 64-row blocks in [b, h, rows] order: two a query tile
+                    kb, kj = divmod(ki, n_keys)
+                    name = (f"q: tile {'t' if qi // 2 == t else ('t%+d' % (qi // 2 - t))} wg{wq}; "
+                            f"k: {'same head' if kb == b * kv_heads + h // group else 'kv head %+d' % (kb - b * kv_heads - h // group)}"
+                            f", key tile {'j' if kj == j else 'j%+d' % (kj - j)}")
+                    m = matches.setdefault(name, {"count": 0, "worst_err": 0.0})
+                    m["count"] += 1
+                    m["worst_err"] = max(m["worst_err"], float(err.min()))
+    return {"classes": out, **({"matches": matches} if search else {})}
+
+
 def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
-    locate = "--locate" in sys.argv
+    mode = "locate" if "--locate" in sys.argv else "trace" if "--trace" in sys.argv else "forms"
     result = {**environment(), "question": QUESTION, "shapes": SHAPES, "checks": []}
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     folder = Path(tempfile.mkdtemp(prefix="overlap-fault-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the forms' sources, read once at import
-    names = ("base", "locate") if locate else ("base", "dbg", "pad", "lockstep", "swap")
+    names = {"locate": ("base", "locate"), "trace": ("base", "trace", "static"),
+             "forms": ("base", "dbg", "pad", "lockstep", "swap")}[mode]
     forms = {name: load_form(name, folder) for name in names}
-    output = out_dir / ("attention_overlap_fault_locate.json" if locate else "attention_overlap_fault.json")
+    output = out_dir / {"locate": "attention_overlap_fault_locate.json", "trace": "attention_overlap_fault_trace.json",
+                        "forms": "attention_overlap_fault.json"}[mode]
     gen = torch.Generator(device="cuda")
     gen.manual_seed(5)
     for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in FAULT_SHAPES:
-        if locate and (causal or masked):
+        if mode == "locate" and (causal or masked):
             continue
         q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
         k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
@@ -262,12 +358,15 @@ def main() -> int:
         row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "dtype": str(dtype), "causal": causal,
                "mask": masked}
         for name, module in forms.items():
-            if name == "dbg" and masked:
+            if (name == "dbg" and masked) or (name == "trace" and (causal or masked)):
                 continue
             try:
                 tiles = math.ceil(seq_q / 128) * batch * heads
-                dumps = name in ("dbg", "locate")
-                dump = torch.full((tiles, 2, 3, 64), float("nan"), device="cuda") if dumps else None
+                dump = None
+                if name in ("dbg", "locate"):
+                    dump = torch.full((tiles, 2, 3, 64), float("nan"), device="cuda")
+                elif name == "trace":
+                    dump = torch.full((programs, TRACE_C, 2, 3, 64), float("nan"), device="cuda")
                 o, lse = run_form(module, q, k, v, causal, scale, plan.num_stages, key_mask, dump)
                 torch.cuda.synchronize()
                 row[name] = {"equal": bool(torch.equal(o, o_plan) and torch.equal(lse, lse_plan)),
@@ -276,11 +375,23 @@ def main() -> int:
                     row[name]["dump"] = check_dump(dump, q, k, heads, kv_heads, programs)
                 if name == "locate":
                     row[name]["dump"] = check_locate(dump, q, k, heads, kv_heads, programs, scale)
+                if name == "trace":
+                    small = batch * heads * seq_q <= 40_000
+                    row[name]["trace"] = check_trace(dump, q, k, programs, scale, search=small)
+                    if small:  # the raw trace and inputs of the one-batch shape, for reading offline
+                        torch.save({"q": q.cpu(), "k": k.cpu(), "trace": dump.cpu(), "programs": programs},
+                                   out_dir / "attention_overlap_fault_trace.pt")
             except Exception as e:  # one form failing to build or run does not stop the others
                 row[name] = f"{type(e).__name__}: {str(e)[:300]}"
         print(json.dumps(row), flush=True)
         result["checks"].append(row)
         write_output(output, result)
+    if mode == "trace" and all(isinstance(r.get("static"), dict) and r["static"]["equal"] for r in result["checks"]):
+        # The static form is right at every fault shape: the overlap probe's own checks and timings, run with
+        # it (both of the probe's overlap forms are then the static form's kernel, with one and two Q buffers).
+        print("static form right at every fault shape: the overlap probe's checks and timings follow", flush=True)
+        sys.argv = [sys.argv[0], str(out_dir / "static")]
+        return forms["static"].main()
     return 0
 
 

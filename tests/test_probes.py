@@ -133,10 +133,14 @@ def test_the_overlap_fault_forms_still_apply_to_the_overlap_probe():
     from probes.attention_overlap_fault import SOURCE, form_source
 
     assert form_source("base") == SOURCE
-    for name in ("dbg", "locate", "pad", "lockstep", "swap"):
+    for name in ("dbg", "locate", "pad", "lockstep", "swap", "trace", "static"):
         text = form_source(name)
         ast.parse(text)
         assert text != SOURCE, name
     assert form_source("dbg").count("_dump(mask_ptr") == 2
     assert form_source("locate").count("_locate_q(mask_ptr") == form_source("locate").count("_locate_md(mask_ptr") == 1
     assert "def _loader" in form_source("swap") and "WG * Q_BUFFERS + nqb" in form_source("swap")
+    trace = form_source("trace")
+    assert "def _consume_tiles" in trace and trace.count("_trace(mask_base, c, WG") == 1
+    static = form_source("static")
+    assert static.count("_consume_tiles(o, p_prev, m, d, q_static") == 4 and "_consume_tiles(o, p_prev, m, d, q_view" not in static

@@ -68,7 +68,10 @@ CANDIDATES = ("base: overlap-2q as built", "dbg: overlap-2q dumping S_0 and Q ro
               "trace: each key-loop step's S_j row max and m", "static: a key loop a Q buffer, addresses fixed")
 SHAPES = ("B x H x S_q x S_k x D: 8 x 16 x 1,024 x 512 x 128 and 1 x 33 x 1,024 x 512 x 128 (bf16, no mask), "
           "8 x 16 x 2,048 x 512 x 64 (fp16, no mask), 4 x 16 x 1,024 x 1,000 x 128 (bf16, causal)")
-OUTPUTS = {"attention-overlap-fault": ("notes/probes/2026-11-28-h100-attention-overlap-fault.json",)}
+OUTPUTS = {"attention-overlap-fault": ("notes/probes/2026-11-28-h100-attention-overlap-fault.json",),
+           "attention-overlap-fault-found": ("notes/probes/2026-11-28-h100-attention-overlap-fault-locate.json",
+                                             "notes/probes/2026-11-28-h100-attention-overlap-fault-trace.json"),
+           "attention-overlap-static": ("notes/probes/2026-11-28-h100-attention-overlap-static.json",)}
 
 # (batch, heads, kv heads, seq_q, seq_k, head dim, dtype, causal, key mask)
 FAULT_SHAPES = ((8, 16, 16, 1024, 512, 128, torch.bfloat16, False, False),

@@ -144,3 +144,55 @@ def test_the_overlap_fault_forms_still_apply_to_the_overlap_probe():
     assert "def _consume_tiles" in trace and trace.count("_trace(mask_base, c, WG") == 1
     static = form_source("static")
     assert static.count("_consume_tiles(o, p_prev, m, d, q_static") == 4 and "_consume_tiles(o, p_prev, m, d, q_view" not in static
+
+
+def test_experiment_and_decision_pages_list_the_rounds_that_fed_them():
+    """A page lists, in order, each notebook round whose `fed` names it, linked, with its kind, kept and dropped;
+    a page no round fed has no such section; a round's text shows as text (escaped), never as Markdown or HTML."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "lab"))
+    import lab_fixture_experiments as fx
+    from lab.publish.collect import collect_evidence
+    from lab.publish.notebook import Round
+    from lab.publish.render import render_outputs
+
+    evidence = collect_evidence(fx.EXPERIMENTS, fx.DECISIONS, ROOT / "tests/fixtures/lab/records", fx.CURRENT_HASHES)
+    base = dict(probe="probes/x.py", outputs=["notes/probes/x.json"], notes="notes/x.md", heading="X",
+                question="Which?", why="because")
+    rounds = [Round(id="r-one", title="Tiles *swept*", kind="tuning", kept="the 64-wide tile",
+                    dropped="<b>the 128</b>", fed="experiments/fixture-single.md", **base),
+              Round(id="r-two", title="Second", kind="check", kept="k2", dropped="d2",
+                    fed="experiments/fixture-single.md", **base),
+              Round(id="r-three", title="Third", kind="host", kept="k3", dropped="d3",
+                    fed="decisions/fixture-decision.md", **base)]
+    out = render_outputs(evidence, (), rounds)
+    single = out["experiments/fixture-single.md"]
+    section = single[single.index("## What the lab notebook tried"):single.index("## Run shape")]
+    assert "- [Tiles \\*swept\\*](../probes/r-one.md) (tuning). Kept: the 64-wide tile." in section
+    assert "<b>" not in section and "&lt;b>the 128&lt;/b>" in section
+    assert section.index("r-one.md") < section.index("r-two.md") and "r-three" not in section
+    assert "What the lab notebook tried" not in out["experiments/fixture-sweep.md"]
+    assert "[Third](../probes/r-three.md) (host). Kept: k3. Dropped: d3." in out["decisions/fixture-decision.md"]
+    assert not any("What the lab notebook tried" in page for page in render_outputs(evidence).values())
+    # the site as rendered: every round that fed attention-fwd, on its page
+    page = (ROOT / "docs/experiments/attention-fwd.md").read_text(encoding="utf-8")
+    fed = [r for r in load_rounds(ROOT)[0] if r.fed == "experiments/attention-fwd.md"]
+    assert fed and all(f"(../probes/{r.id}.md)" in page for r in fed)
+
+
+def test_the_attention_kernel_copies_still_apply():
+    """The phase-stamp and TMA-epilogue probes edit a copy of kernels/attention_gluon.py's consumer and kernel:
+    each edit must still find its one place, and the copy must be Python that holds the change."""
+    import ast
+
+    from probes.attention_phase_stamps import POINTS, form_source as stamped
+    from probes.attention_tma_epilogue import form_source as tma
+
+    text = stamped(4)
+    ast.parse(text)
+    assert all(text.count(f"_stamp(mask_ptr, i, WG, {k}, 4,") == 1 for k in range(POINTS))
+    text = tma()
+    ast.parse(text)
+    assert "tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)" in text
+    assert "gl.store(o_base + offs" not in text and text.count("tma.store_wait(0)") == 2

@@ -57,7 +57,7 @@ from lab.evidence.verdict import CLOCK_NAMES, STALE  # noqa: E402
 from lab.measure.profiling import DEFAULT_MAX_POINTS, ProfilingRequest  # noqa: E402
 from lab.publish.collect import collect_evidence  # noqa: E402
 from lab.publish.figures import cited_runs  # noqa: E402
-from lab.publish.notebook import render_notebook  # noqa: E402
+from lab.publish.notebook import load_rounds, render_notebook  # noqa: E402
 from lab.publish.render import lost_evidence, render_outputs, write_outputs  # noqa: E402
 from lab.evidence.render_inputs import render_fingerprint, store_fingerprint  # noqa: E402
 
@@ -196,8 +196,9 @@ def finish(args: argparse.Namespace, found, status: int) -> int:
     default_dirs = (args.records_dir.resolve() == (ROOT / "records").resolve()
                     and args.docs_dir.resolve() == (ROOT / "docs").resolve())
     fingerprint = render_fingerprint(ROOT) if default_dirs else None
-    outputs = render_outputs(found, cited_in(args.docs_dir, found))
     notebook, skipped = render_notebook(ROOT)  # the probe rounds' pages, from probes/rounds.toml and notes/probes/
+    listed = [r for r in load_rounds(ROOT)[0] if f"probes/{r.id}.md" in notebook]  # rounds with a page
+    outputs = render_outputs(found, cited_in(args.docs_dir, found), listed)
     for problem in skipped:
         print(f"build_results: skipped {problem}", file=sys.stderr)
     outputs.update(notebook)

@@ -218,6 +218,16 @@ def load_rounds(root: Path) -> tuple[list[Round], list[str]]:
     return rounds, problems
 
 
+def rounds_by_page(rounds: list[Round]) -> dict[str, list[dict]]:
+    """The rounds each experiment or decision page was fed by ("experiments/<slug>.md" -> rounds in the order
+    of probes/rounds.toml), as that page lists them: the round's page, title, kind, what was kept and dropped."""
+    fed: dict[str, list[dict]] = {}
+    for r in rounds:
+        fed.setdefault(r.fed, []).append({"page": f"../{FOLDER}/{r.id}.md", "title": r.title, "kind": r.kind,
+                                          "kept": r.kept, "dropped": r.dropped})
+    return fed
+
+
 def render_notebook(root: Path) -> tuple[dict[str, str], list[str]]:
     """docs-relative path -> content of every round's page and the index; and what was skipped, and why."""
     rounds, problems = load_rounds(root)

@@ -35,6 +35,7 @@ from lab.publish.collect import Evidence, dtypes_in
 from lab.publish.breakdown import breakdown_filename, has_breakdown, render_breakdown_plot
 from lab.publish.profiled import profiled_run
 from lab.publish.roofline import render_roofline_plot, roofline_filename, roofline_points
+from lab.publish.notebook import Round, rounds_by_page
 from lab.publish.indexes import (
     decision_context,
     environment_rows,
@@ -66,15 +67,17 @@ def _jinja() -> jinja2.Environment:
     return env
 
 
-def render_outputs(evidence: Evidence, cited: Iterable[str] = ()) -> dict[str, str]:
+def render_outputs(evidence: Evidence, cited: Iterable[str] = (), rounds: Iterable[Round] = ()) -> dict[str, str]:
     """Every generated file, as docs-relative path -> content (SVG plots included). `cited`: the ids of runs
     that hand-written pages cite (lab.publish.figures.cited_runs), whose records the site serves besides
-    those the pages' numbers come from (lab.publish.served)."""
+    those the pages' numbers come from (lab.publish.served). `rounds`: the lab notebook's rounds that have a
+    page (lab.publish.notebook); each experiment and decision page lists those that fed it."""
     for slug in (*evidence.experiments, *(d.slug for d in evidence.decisions)):
         if not IDENTIFIER.fullmatch(slug):  # declared slugs name files and links, as record names do
             raise ValueError(f"declared slug {slug!r} is not a name of {IDENTIFIER_TEXT}")
     env = _jinja()
     served = served_runs(evidence, cited)
+    fed = rounds_by_page(list(rounds))
     legend = env.get_template("snippet_legend.md.j2").render(header=GENERATED_HEADER, legend=badges.legend_rows())
     out: dict[str, str] = {"generated/legend.md": legend}
     out["experiments/index.md"] = env.get_template("experiments_index.md.j2").render(
@@ -83,7 +86,7 @@ def render_outputs(evidence: Evidence, cited: Iterable[str] = ()) -> dict[str, s
         refresh=REFRESH_COMMAND, legend=escape.Md(legend.split("\n", 2)[2].strip()),
     )
     for slug, experiment in evidence.experiments.items():
-        page = experiment_page_context(evidence, slug, served)
+        page = {**experiment_page_context(evidence, slug, served), "rounds": fed.get(f"experiments/{slug}.md", [])}
         out[f"experiments/{slug}.md"] = env.get_template("experiment.md.j2").render(**page)
         if page["paged"]:  # the long per-point tables, on a page of their own for each GPU and clock
             for section in page["sections"]:
@@ -123,7 +126,8 @@ def render_outputs(evidence: Evidence, cited: Iterable[str] = ()) -> dict[str, s
     for decision in evidence.decisions:
         context = decision_context(evidence, decision, "../experiments/")
         out[f"decisions/{decision.slug}.md"] = env.get_template("decision.md.j2").render(
-            header=GENERATED_HEADER, refresh=REFRESH_COMMAND, **context)
+            header=GENERATED_HEADER, refresh=REFRESH_COMMAND, rounds=fed.get(f"decisions/{decision.slug}.md", []),
+            **context)
         decision_pages.append(context)
     out["decisions/index.md"] = env.get_template("decisions_index.md.j2").render(
         header=GENERATED_HEADER, decisions=decision_pages, rule=escape.declared(DECISION_RULE))

@@ -1,0 +1,229 @@
+"""GPU probe: does storing O through shared memory with a TMA copy take the Gluon forward's epilogue off its
+consumers?
+
+    python probes/attention_tma_epilogue.py OUT_DIR     (writes OUT_DIR/attention_tma_epilogue.json)
+
+Round attention-phase-stamps (notes/attention.md) found the epilogue the largest phase a query tile pays once:
+about 1.3-1.8 µs of a consumer's turn on the H100, where normalising 64 x 128 values and issuing their stores
+should take a fraction of that. Every program of the persistent grid reaches its epilogue at about the same time,
+and each consumer then issues its 16 KB of O as 32 four-byte stores a thread; if the memory system backs up, the
+issue stalls and the consumer waits with the tensor cores idle. The candidate ("tma") writes the normalised O tile
+into a shared-memory buffer of its own (16 KB a consumer) and hands it to the TMA engine
+(tma.async_copy_shared_to_global), waiting only before it writes the buffer again a tile later; rows past the
+sequence are clipped by the descriptor's bounds. Everything else is kernels/attention_gluon.py's kernel, read as
+text and compiled from a copy with those lines changed. Its outputs must equal the plan's bit for bit at every
+check shape before it is timed.
+
+Timing: the plan, "tma" launched as the plan would launch it, and cuDNN, at attention-fwd's head-dim-128 shapes
+(bf16, B x S = 16,384, 16 heads, S = 2,048 / 4,096 / 8,192, causal and not); the median of three
+triton.testing.do_bench medians, the L2 flushed (GPU time). A tuning instrument, not evidence.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import inspect
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import kernels.attention_gluon as AG  # noqa: E402
+from kernels._gluon_host import descriptor  # noqa: E402
+from kernels.attention import attention_fwd, plan_attention  # noqa: E402
+from kernels.reference_attention import attention_float64  # noqa: E402
+from probes.harness import environment, write_output  # noqa: E402
+
+QUESTION = ("Does storing O through shared memory with a TMA copy take the Gluon forward's epilogue off its "
+            "consumers?")
+CANDIDATES = ("the plan (kernels/attention.py)", "tma: the plan's kernel with O stored through shared memory by TMA",
+              "cuDNN through SDPA")
+SHAPES = ("checks: head dims 64 and 128, bf16 and fp16, causal and not, grouped-query heads, ragged lengths, a key "
+          "mask; timed: head dim 128, bf16, B x S = 16,384, 16 heads, S = 2,048 / 4,096 / 8,192, causal and not")
+OUTPUTS = {"attention-tma-epilogue": ("notes/probes/2026-11-28-h100-attention-tma-epilogue.json",)}
+
+# (batch, heads, kv heads, seq_q, seq_k, head dim, dtype, causal, key mask)
+CHECKS = ((2, 4, 4, 1000, 1500, 128, torch.bfloat16, False, False), (2, 4, 4, 1000, 1500, 128, torch.bfloat16, True, False),
+          (1, 8, 2, 777, 777, 128, torch.float16, True, False), (2, 4, 1, 640, 2100, 128, torch.bfloat16, False, True),
+          (3, 4, 4, 1500, 900, 128, torch.bfloat16, True, False), (2, 4, 4, 1000, 1500, 64, torch.bfloat16, True, False),
+          (1, 2, 2, 130, 128, 128, torch.bfloat16, False, False), (8, 16, 4, 1024, 600, 128, torch.bfloat16, False, True),
+          (8, 16, 16, 2048, 512, 64, torch.float16, False, False), (4, 16, 16, 2048, 2048, 128, torch.bfloat16, False, False),
+          (1, 3, 3, 33, 5000, 128, torch.bfloat16, True, False))
+EXPERIMENT_S = (2048, 4096, 8192)
+HEAD_DIM, HEADS = 128, 16
+TOLERANCE = 2e-2  # bf16 / fp16 output against float64, norm-wise
+
+
+def _replace(text: str, old: str, new: str) -> str:
+    if text.count(old) != 1:
+        raise RuntimeError(f"kernels/attention_gluon.py no longer holds exactly one {old!r}")
+    return text.replace(old, new)
+
+
+def form_source() -> str:
+    """A module holding the plan's kernel with the TMA epilogue (module docstring); o_ptr carries O's descriptor."""
+    consumer = inspect.getsource(AG._consumer.fn)
+    consumer = _replace(consumer, "def _consumer(q_smem,", "def _consumer(o_smem, q_smem,")
+    start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))\n")
+    end = consumer.index("        c += n_tiles\n")
+    consumer = consumer[:start] + (
+        "        # The buffer's last copy out must be done before it is written again.\n"
+        "        tma.store_wait(0)\n"
+        "        o_view = o_smem.index(WG)\n"
+        "        o_view.reshape([wg_m, HEAD_DIM]).store(o.to(q_view.dtype))\n"
+        "        fence_async_shared()\n"
+        "        tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)\n") + consumer[end:]
+    consumer = consumer.rstrip("\n") + "\n    tma.store_wait(0)\n"
+    second = inspect.getsource(AG._consumer_1.fn)
+    second = _replace(second, "def _consumer_1(q_smem,", "def _consumer_1(o_smem, q_smem,")
+    second = _replace(second, "    _consumer(q_smem,", "    _consumer(o_smem, q_smem,")
+    kernel = inspect.getsource(AG._attention_fwd_gluon_kernel.fn)
+    kernel = _replace(kernel, "    k_smem = gl.allocate_shared_memory(",
+                      "    o_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)\n"
+                      "    k_smem = gl.allocate_shared_memory(")
+    kernel = _replace(kernel, "(_consumer, (q_smem,", "(_consumer, (o_smem, q_smem,")
+    kernel = _replace(kernel, "(_consumer_1, (q_smem,", "(_consumer_1, (o_smem, q_smem,")
+    header = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
+              "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,\n"
+              "    warpgroup_mma, warpgroup_mma_wait)\n"
+              "from kernels.attention_gluon import (_LN2, _consume_tiles, _loader, _pass_turn, _query_tile,\n"
+              "    _softmax_tile, _take_turn)\n")
+    return "\n\n".join((header, consumer, second, kernel))
+
+
+def load_form(folder: Path):
+    """The form as a module (Gluon reads a kernel's source from its file, so it is written out)."""
+    path = folder / "tma_epilogue.py"
+    path.write_text(form_source(), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask, sms):
+    programs = sms if plan.persistent else None
+    grid, args, meta = AG.launch_args(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong,
+                                      programs, plan.exp_split, plan.prefetch_q)
+    args = args[:3] + (descriptor(o, AG.WARPGROUP_M), ) + args[4:]
+    module._attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=AG.NUM_WARPS, maxnreg=AG.MAXNREG)
+
+
+def tma_fwd(module, plan, q, k, v, causal, scale, key_mask=None):
+    """(O, lse) of the form, NaN-poisoned first; O contiguous, as the plan's wrapper makes it."""
+    o = torch.full_like(q, float("nan"), memory_format=torch.contiguous_format)
+    lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
+    _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask, torch.cuda.get_device_properties(0).multi_processor_count)
+    return o, lse
+
+
+def compile_for_sm90(head_dim: int, causal: bool, persistent: bool, prefetch_q: bool):
+    """The form compiled for sm_90 from shapes alone (the CPU checks it builds)."""
+    from kernels._gluon_host import compile_kernel_for_sm90
+
+    folder = Path(tempfile.mkdtemp(prefix="tma-epilogue-"))
+    try:
+        module = load_form(folder)
+        q = torch.empty(2, 4, 1000, head_dim, dtype=torch.bfloat16, device="meta")
+        lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
+        _, args, meta = AG.launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, 2, None, False,
+                                       132 if persistent else None, False, prefetch_q)
+        args = args[:3] + (descriptor(q, AG.WARPGROUP_M), ) + args[4:]
+        return compile_kernel_for_sm90(module._attention_fwd_gluon_kernel, args, meta, AG.NUM_WARPS, AG.MAXNREG)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _checks(module, gen) -> list[dict]:
+    rows = []
+    for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in CHECKS:
+        q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
+        k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
+                for _ in range(2))
+        key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
+        if key_mask is not None:
+            key_mask[0, :] = False  # a batch whose rows see no key
+        scale = 1 / math.sqrt(head_dim)
+        plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
+        o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
+        ref = attention_float64(q, k, v, causal, scale, key_mask=key_mask)
+        o, lse = tma_fwd(module, plan, q, k, v, causal, scale, key_mask)
+        row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "dtype": str(dtype).split(".")[-1],
+               "causal": causal, "key_mask": masked, "persistent": plan.persistent, "prefetch_q": plan.prefetch_q,
+               "equal_to_plan": bool(torch.equal(o, o_plan) and torch.equal(lse, lse_plan)),
+               "rel_error": float((o.double() - ref).norm() / ref.norm().clamp_min(1e-30))}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _time(fn) -> float:
+    return 1e3 * statistics.median(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(3))
+
+
+def main() -> int:
+    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {**environment(), "question": QUESTION, "shapes": SHAPES,
+              "clock": "GPU time (do_bench median of three, L2 flushed)"}
+    output = out_dir / "attention_tma_epilogue.json"
+    folder = Path(tempfile.mkdtemp(prefix="tma-epilogue-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    module = load_form(folder)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(20261128)
+    result["checks"] = _checks(module, gen)
+    result["all_equal"] = all(r["equal_to_plan"] for r in result["checks"])
+    write_output(output, result)
+    if not result["all_equal"]:
+        print("the TMA epilogue differs from the plan: nothing timed", flush=True)
+        return 1
+    scale = 1 / math.sqrt(HEAD_DIM)
+    result["experiment"] = []
+    for causal in (False, True):
+        for seq in EXPERIMENT_S:
+            batch = 16384 // seq
+            q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
+                       for _ in range(3))
+            plan = plan_attention(seq, HEAD_DIM, torch.bfloat16, causal, seq_k=seq, impl="gluon")
+            flops = 4.0 * batch * HEADS * seq * seq * HEAD_DIM / (2 if causal else 1)
+
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
+
+            runs = {"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
+                    "tma": lambda: tma_fwd(module, plan, q, k, v, causal, scale)[0], "cudnn": cudnn}
+            row = {"batch": batch, "seq": seq, "causal": causal}
+            first = None
+            for name, fn in runs.items():
+                out = fn()
+                first = out if first is None else first
+                err = float((out.double() - first.double()).norm() / first.double().norm())
+                row[name] = {"rel_diff_to_plan": err}
+                if err < TOLERANCE:
+                    us = _time(fn)
+                    row[name].update(us=us, tflops=flops / us / 1e6)
+            row["tma_over_cudnn"] = row["cudnn"]["us"] / row["tma"]["us"]
+            row["plan_over_cudnn"] = row["cudnn"]["us"] / row["plan"]["us"]
+            result["experiment"].append(row)
+            print(json.dumps(row), flush=True)
+            write_output(output, result)
+            del q, k, v
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,6 +1,7 @@
 """GPU probe: where does the Gluon forward's fixed cost a query tile go, phase by phase?
 
     python probes/attention_phase_stamps.py OUT_DIR     (writes OUT_DIR/attention_phase_stamps.json)
+    python probes/attention_phase_stamps.py OUT_DIR --programs 132,66,33   (..._programs.json)
 
 Rounds attention-fixed-cost and attention-overlap-static (notes/attention.md) left the forward's part paid once a
 query tile at 2.9-3.5 µs a turn against cuDNN's 1.0, and the overlapped boundary, which was to hide some of it,
@@ -22,6 +23,10 @@ heads, S = 2,048 and 4,096): without the mask, the persistent grid with one Q bu
 query tile. The persistent grid with two Q buffers is stamped too, without the mask. Every form's outputs must
 equal the plan's bit for bit before its stamps are read. GPU time: the do_bench median of each form and cuDNN,
 L2 flushed. A tuning instrument, not evidence: the site's figures come only from run records.
+
+--programs N,N,... stamps the plan's kernel without the mask at S = 2,048 on persistent grids of those many
+programs instead of one an SM: if the epilogue is slow because every program stores its O at once, it shortens
+as fewer programs share the memory system.
 """
 
 from __future__ import annotations
@@ -45,15 +50,20 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels.attention_gluon as AG  # noqa: E402
+from kernels._gluon_host import descriptor  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = "Where does the Gluon forward's fixed cost a query tile go, phase by phase?"
 CANDIDATES = ("the plan's kernel with its consumers stamping %clock64 at seven points a turn",
-              "the persistent grid with two Q buffers, stamped alike", "cuDNN through SDPA (time only)")
+              "the persistent grid with two Q buffers, stamped alike",
+              "the plan's kernel with O stored through shared memory by TMA, stamped alike",
+              "cuDNN through SDPA (time only)")
 SHAPES = ("head dim 128, bf16, B x S = 16,384, 16 heads, S = 2,048 and 4,096, without the mask and causal; "
           "correctness at the same shapes against the plan, bit for bit")
-OUTPUTS = {"attention-phase-stamps": ("notes/probes/2026-11-28-h100-attention-phase-stamps.json",)}
+OUTPUTS = {"attention-phase-stamps": ("notes/probes/2026-11-28-h100-attention-phase-stamps.json",
+                                      "notes/probes/2026-11-28-h100-attention-phase-stamps-programs.json",
+                                      "notes/probes/2026-11-28-h100-attention-phase-stamps-tma.json")}
 
 PHASES = ("q_wait", "s0", "softmax0", "key_loop", "last_pv", "epilogue")
 POINTS = 7
@@ -87,10 +97,35 @@ def _replace(text: str, old: str, new: str) -> str:
     return text.replace(old, new)
 
 
-def form_source(max_turns: int) -> str:
-    """A module holding the plan's kernel with the stamping consumer; the stamps go where the key mask's pointer
-    would (the stamped shapes have no key mask)."""
+def _tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str, str]:
+    """The three sources with O stored through a shared-memory buffer of each consumer's own by TMA, as
+    probes/attention_tma_epilogue.py builds it (o_ptr then carries O's descriptor)."""
+    consumer = _replace(consumer, "def _consumer(q_smem,", "def _consumer(o_smem, q_smem,")
+    start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))\n")
+    end = consumer.index("        c += n_tiles\n")
+    consumer = consumer[:start] + (
+        "        tma.store_wait(0)\n        o_view = o_smem.index(WG)\n"
+        "        o_view.reshape([wg_m, HEAD_DIM]).store(o.to(q_view.dtype))\n        fence_async_shared()\n"
+        "        tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)\n") + consumer[end:]
+    consumer = consumer.rstrip("\n") + "\n    tma.store_wait(0)\n"
+    second = _replace(_replace(second, "def _consumer_1(q_smem,", "def _consumer_1(o_smem, q_smem,"),
+                      "    _consumer(q_smem,", "    _consumer(o_smem, q_smem,")
+    kernel = _replace(kernel, "    k_smem = gl.allocate_shared_memory(",
+                      "    o_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)\n"
+                      "    k_smem = gl.allocate_shared_memory(")
+    kernel = _replace(_replace(kernel, "(_consumer, (q_smem,", "(_consumer, (o_smem, q_smem,"),
+                      "(_consumer_1, (q_smem,", "(_consumer_1, (o_smem, q_smem,")
+    return consumer, second, kernel
+
+
+def form_source(max_turns: int, tma_epilogue: bool = False) -> str:
+    """A module holding the plan's kernel with the stamping consumer (and, tma_epilogue, O stored by TMA); the
+    stamps go where the key mask's pointer would (the stamped shapes have no key mask)."""
     consumer = inspect.getsource(AG._consumer.fn)
+    second = inspect.getsource(AG._consumer_1.fn)
+    kernel = inspect.getsource(AG._attention_fwd_gluon_kernel.fn)
+    if tma_epilogue:
+        consumer, second, kernel = _tma_epilogue(consumer, second, kernel)
 
     def at(k: int) -> str:
         return f"        _stamp(mask_ptr, i, WG, {k}, {max_turns}, {COLUMNS}, {k in (0, POINTS - 1)})\n"
@@ -111,14 +146,13 @@ def form_source(max_turns: int) -> str:
               "    warpgroup_mma, warpgroup_mma_wait)\n"
               "from kernels.attention_gluon import (_LN2, _consume_tiles, _loader, _pass_turn, _query_tile,\n"
               "    _softmax_tile, _take_turn)\n")
-    return "\n".join((header, _STAMP, consumer, inspect.getsource(AG._consumer_1.fn),
-                      inspect.getsource(AG._attention_fwd_gluon_kernel.fn)))
+    return "\n".join((header, _STAMP, consumer, second, kernel))
 
 
-def load_form(max_turns: int, folder: Path):
+def load_form(max_turns: int, folder: Path, tma_epilogue: bool = False):
     """The stamping form as a module (Gluon reads a kernel's source from its file, so it is written out)."""
-    path = folder / f"phase_stamps_{max_turns}.py"
-    path.write_text(form_source(max_turns), encoding="utf-8")
+    path = folder / f"phase_stamps_{max_turns}{'_tma' if tma_epilogue else ''}.py"
+    path.write_text(form_source(max_turns, tma_epilogue), encoding="utf-8")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
@@ -133,6 +167,8 @@ def run_form(module, q, k, v, causal: bool, scale: float, stages: int, programs,
     grid, args, meta = AG.launch_args(q, k, v, o, lse, causal, scale, stages, None, False, programs, False,
                                       prefetch_q)
     args = args[:5] + (stamps, ) + args[6:]
+    if getattr(module, "TMA_EPILOGUE", False):
+        args = args[:3] + (descriptor(o, AG.WARPGROUP_M), ) + args[4:]
     module._attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=AG.NUM_WARPS, maxnreg=AG.MAXNREG)
     return o, lse
 
@@ -176,29 +212,36 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {**environment(), "question": QUESTION, "shapes": SHAPES,
               "clock": "GPU time (do_bench median of three, L2 flushed); phases from %clock64", "rows": []}
-    output = out_dir / "attention_phase_stamps.json"
+    fewer = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--programs"), None)
+    fewer = [int(n) for n in fewer.split(",")] if fewer else None
+    output = out_dir / ("attention_phase_stamps_programs.json" if fewer else "attention_phase_stamps.json")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     folder = Path(tempfile.mkdtemp(prefix="phase-stamps-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261128)
     scale = 1 / math.sqrt(HEAD_DIM)
-    for seq in (2048, 4096):
+    for seq in (2048, ) if fewer else (2048, 4096):
         batch = 16384 // seq
         q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=DTYPE, generator=gen)
                    for _ in range(3))
         tiles = batch * HEADS * math.ceil(seq / AG.BLOCK_M)
-        for causal in (False, True):
+        for causal in (False, ) if fewer else (False, True):
             plan = plan_attention(seq, HEAD_DIM, DTYPE, causal, seq_k=seq, impl="gluon")
             o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan)
-            forms = {"plan": (plan.persistent, plan.prefetch_q)}
-            if not causal:
-                forms["persistent-2q"] = (True, True)
-            for name, (persistent, prefetch_q) in forms.items():
-                programs = min(sms, tiles) if persistent else None
+            forms = {"plan": (plan.persistent, plan.prefetch_q, sms)}
+            if fewer:
+                forms = {f"plan-{n}-programs": (True, plan.prefetch_q, n) for n in fewer}
+            elif not causal:
+                forms["persistent-2q"] = (True, True, sms)
+            if not fewer:  # the plan with O stored through shared memory by TMA
+                forms["tma-epilogue"] = (plan.persistent, plan.prefetch_q, sms)
+            for name, (persistent, prefetch_q, count) in forms.items():
+                programs = min(count, tiles) if persistent else None
                 grid = programs or tiles
                 turns = [len(range(p, tiles, grid)) for p in range(grid)]
-                module = load_form(max(turns), folder)
+                module = load_form(max(turns), folder, name.startswith("tma"))
+                module.TMA_EPILOGUE = name.startswith("tma")
                 stamps = torch.zeros(grid, max(turns), 2, COLUMNS, dtype=torch.int64, device="cuda")
                 row = {"seq": seq, "batch": batch, "causal": causal, "form": name, "persistent": persistent,
                        "prefetch_q": prefetch_q, "programs": grid}
@@ -216,8 +259,9 @@ def main() -> int:
                         torch.cuda.synchronize()
                         row["stamps"] = read_stamps(stamps, turns)
                         row["us_stamped"] = _time(lambda: call()[0])
-                        row["us_unstamped"] = _time(lambda p=persistent, f=prefetch_q: attention_fwd(
-                            q, k, v, causal, scale, _with(plan, p, f))[0])
+                        if not fewer and not name.startswith("tma"):  # the plan's own launch, one program an SM
+                            row["us_unstamped"] = _time(lambda p=persistent, f=prefetch_q: attention_fwd(
+                                q, k, v, causal, scale, _with(plan, p, f))[0])
                 except Exception as exc:  # noqa: BLE001 - one form's failure is its own row
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 result["rows"].append(row)

@@ -2,6 +2,7 @@
 consumers?
 
     python probes/attention_tma_epilogue.py OUT_DIR     (writes OUT_DIR/attention_tma_epilogue.json)
+    python probes/attention_tma_epilogue.py OUT_DIR --interleaved   (..._interleaved.json)
 
 Round attention-phase-stamps (notes/attention.md) found the epilogue the largest phase a query tile pays once:
 about 1.3-1.8 µs of a consumer's turn on the H100, where normalising 64 x 128 values and issuing their stores
@@ -17,6 +18,8 @@ check shape before it is timed.
 Timing: the plan, "tma" launched as the plan would launch it, and cuDNN, at attention-fwd's head-dim-128 shapes
 (bf16, B x S = 16,384, 16 heads, S = 2,048 / 4,096 / 8,192, causal and not); the median of three
 triton.testing.do_bench medians, the L2 flushed (GPU time). A tuning instrument, not evidence.
+--interleaved times the plan and "tma" in twelve alternating rounds of short do_bench runs instead (the medians
+of the rounds), so that a clock drifting through the run, as a power-held GPU's does, favours neither.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ CANDIDATES = ("the plan (kernels/attention.py)", "tma: the plan's kernel with O 
               "cuDNN through SDPA")
 SHAPES = ("checks: head dims 64 and 128, bf16 and fp16, causal and not, grouped-query heads, ragged lengths, a key "
           "mask; timed: head dim 128, bf16, B x S = 16,384, 16 heads, S = 2,048 / 4,096 / 8,192, causal and not")
-OUTPUTS = {"attention-tma-epilogue": ("notes/probes/2026-11-28-h100-attention-tma-epilogue.json",)}
+OUTPUTS = {"attention-tma-epilogue": ("notes/probes/2026-11-28-h100-attention-tma-epilogue.json",
+                                      "notes/probes/2026-11-28-h100-attention-tma-epilogue-interleaved.json")}
 
 # (batch, heads, kv heads, seq_q, seq_k, head dim, dtype, causal, key mask)
 CHECKS = ((2, 4, 4, 1000, 1500, 128, torch.bfloat16, False, False), (2, 4, 4, 1000, 1500, 128, torch.bfloat16, True, False),
@@ -63,6 +67,7 @@ CHECKS = ((2, 4, 4, 1000, 1500, 128, torch.bfloat16, False, False), (2, 4, 4, 10
 EXPERIMENT_S = (2048, 4096, 8192)
 HEAD_DIM, HEADS = 128, 16
 TOLERANCE = 2e-2  # bf16 / fp16 output against float64, norm-wise
+INTERLEAVED_ROUNDS = 12
 
 
 def _replace(text: str, old: str, new: str) -> str:
@@ -169,6 +174,17 @@ def _checks(module, gen) -> list[dict]:
     return rows
 
 
+def _interleaved(runs: dict) -> dict:
+    """Each candidate's median over INTERLEAVED_ROUNDS short do_bench runs, the candidates alternating (and
+    their order turning) round by round, so a clock that drifts during the run weighs on each alike."""
+    samples = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(INTERLEAVED_ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(1e3 * triton.testing.do_bench(runs[name], warmup=5, rep=30))
+    return {name: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for name, v in samples.items()}
+
+
 def _time(fn) -> float:
     return 1e3 * statistics.median(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(3))
 
@@ -178,7 +194,8 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {**environment(), "question": QUESTION, "shapes": SHAPES,
               "clock": "GPU time (do_bench median of three, L2 flushed)"}
-    output = out_dir / "attention_tma_epilogue.json"
+    interleaved = "--interleaved" in sys.argv
+    output = out_dir / ("attention_tma_epilogue_interleaved.json" if interleaved else "attention_tma_epilogue.json")
     folder = Path(tempfile.mkdtemp(prefix="tma-epilogue-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     module = load_form(folder)
@@ -208,6 +225,17 @@ def main() -> int:
                     "tma": lambda: tma_fwd(module, plan, q, k, v, causal, scale)[0], "cudnn": cudnn}
             row = {"batch": batch, "seq": seq, "causal": causal}
             first = None
+            if interleaved:  # every candidate checked, then timed in alternating short rounds
+                for name, fn in runs.items():
+                    out = fn()
+                    first = out if first is None else first
+                    row[name] = {"rel_diff_to_plan": float((out.double() - first.double()).norm()
+                                                           / first.double().norm())}
+                for name, timed in _interleaved({n: runs[n] for n in ("plan", "tma")}).items():
+                    row[name].update(timed)
+                row["cudnn"]["us"] = _time(cudnn)
+                row["tma_over_plan"] = row["plan"]["us"] / row["tma"]["us"]
+                runs = {}
             for name, fn in runs.items():
                 out = fn()
                 first = out if first is None else first

@@ -3,6 +3,7 @@ consumers?
 
     python probes/attention_tma_epilogue.py OUT_DIR     (writes OUT_DIR/attention_tma_epilogue.json)
     python probes/attention_tma_epilogue.py OUT_DIR --interleaved   (..._interleaved.json)
+    python probes/attention_tma_epilogue.py OUT_DIR --knockout      (..._knockout.json)
 
 Round attention-phase-stamps (notes/attention.md) found the epilogue the largest phase a query tile pays once:
 about 1.3-1.8 µs of a consumer's turn on the H100, where normalising 64 x 128 values and issuing their stores
@@ -18,6 +19,8 @@ check shape before it is timed.
 Timing: the plan, "tma" launched as the plan would launch it, and cuDNN, at attention-fwd's head-dim-128 shapes
 (bf16, B x S = 16,384, 16 heads, S = 2,048 / 4,096 / 8,192, causal and not); the median of three
 triton.testing.do_bench medians, the L2 flushed (GPU time). A tuning instrument, not evidence.
+--knockout adds, to --interleaved's rounds, the plan's kernel with O's stores predicated off at run time (every
+epilogue instruction kept, no O byte written; its output is not O): what O's stores cost at most.
 --interleaved times the plan and "tma" in twelve alternating rounds of short do_bench runs instead (the medians
 of the rounds), so that a clock drifting through the run, as a power-held GPU's does, favours neither.
 """
@@ -55,7 +58,8 @@ CANDIDATES = ("the plan (kernels/attention.py)", "tma: the plan's kernel with O 
 SHAPES = ("checks: head dims 64 and 128, bf16 and fp16, causal and not, grouped-query heads, ragged lengths, a key "
           "mask; timed: head dim 128, bf16, B x S = 16,384, 16 heads, S = 2,048 / 4,096 / 8,192, causal and not")
 OUTPUTS = {"attention-tma-epilogue": ("notes/probes/2026-11-28-h100-attention-tma-epilogue.json",
-                                      "notes/probes/2026-11-28-h100-attention-tma-epilogue-interleaved.json")}
+                                      "notes/probes/2026-11-28-h100-attention-tma-epilogue-interleaved.json",
+                                      "notes/probes/2026-11-28-h100-attention-tma-epilogue-knockout.json")}
 
 # (batch, heads, kv heads, seq_q, seq_k, head dim, dtype, causal, key mask)
 CHECKS = ((2, 4, 4, 1000, 1500, 128, torch.bfloat16, False, False), (2, 4, 4, 1000, 1500, 128, torch.bfloat16, True, False),
@@ -107,10 +111,24 @@ def form_source() -> str:
     return "\n\n".join((header, consumer, second, kernel))
 
 
-def load_form(folder: Path):
+def knockout_source() -> str:
+    """The plan's kernel with O's stores predicated off at run time (seq_q < 0 never holds): every instruction of
+    the epilogue stays, O's bytes never reach memory. Its output is not O; it is timed only, beside the plan."""
+    consumer = _replace(inspect.getsource(AG._consumer.fn), "mask=(o_rows < seq_q)[:, None])",
+                        "mask=(o_rows < seq_q)[:, None] & (seq_q < 0))")
+    header = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
+              "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,\n"
+              "    warpgroup_mma, warpgroup_mma_wait)\n"
+              "from kernels.attention_gluon import (_LN2, _consume_tiles, _loader, _pass_turn, _query_tile,\n"
+              "    _softmax_tile, _take_turn)\n")
+    return "\n\n".join((header, consumer, inspect.getsource(AG._consumer_1.fn),
+                        inspect.getsource(AG._attention_fwd_gluon_kernel.fn)))
+
+
+def load_form(folder: Path, knockout: bool = False):
     """The form as a module (Gluon reads a kernel's source from its file, so it is written out)."""
-    path = folder / "tma_epilogue.py"
-    path.write_text(form_source(), encoding="utf-8")
+    path = folder / ("knockout.py" if knockout else "tma_epilogue.py")
+    path.write_text(knockout_source() if knockout else form_source(), encoding="utf-8")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
@@ -194,11 +212,14 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {**environment(), "question": QUESTION, "shapes": SHAPES,
               "clock": "GPU time (do_bench median of three, L2 flushed)"}
-    interleaved = "--interleaved" in sys.argv
-    output = out_dir / ("attention_tma_epilogue_interleaved.json" if interleaved else "attention_tma_epilogue.json")
+    knockout = "--knockout" in sys.argv
+    interleaved = knockout or "--interleaved" in sys.argv
+    output = out_dir / ("attention_tma_epilogue_knockout.json" if knockout else
+                        "attention_tma_epilogue_interleaved.json" if interleaved else "attention_tma_epilogue.json")
     folder = Path(tempfile.mkdtemp(prefix="tma-epilogue-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     module = load_form(folder)
+    no_store = load_form(folder, knockout=True) if knockout else None
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261128)
     result["checks"] = _checks(module, gen)
@@ -208,6 +229,7 @@ def main() -> int:
         print("the TMA epilogue differs from the plan: nothing timed", flush=True)
         return 1
     scale = 1 / math.sqrt(HEAD_DIM)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     result["experiment"] = []
     for causal in (False, True):
         for seq in EXPERIMENT_S:
@@ -231,8 +253,23 @@ def main() -> int:
                     first = out if first is None else first
                     row[name] = {"rel_diff_to_plan": float((out.double() - first.double()).norm()
                                                            / first.double().norm())}
-                for name, timed in _interleaved({n: runs[n] for n in ("plan", "tma")}).items():
+                timed_runs = {n: runs[n] for n in ("plan", "tma")}
+                if knockout:
+                    def without_stores():
+                        o = torch.empty_like(q)
+                        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+                        grid, args, meta = AG.launch_args(q, k, v, o, lse, causal, scale, plan.num_stages, None,
+                                                          plan.pingpong, sms if plan.persistent else None,
+                                                          plan.exp_split, plan.prefetch_q)
+                        no_store._attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=AG.NUM_WARPS,
+                                                                   maxnreg=AG.MAXNREG)
+                        return o
+                    timed_runs["no-store"] = without_stores
+                    row["no-store"] = {"note": "O's stores predicated off: timed only, its output is not O"}
+                for name, timed in _interleaved(timed_runs).items():
                     row[name].update(timed)
+                if knockout:
+                    row["no_store_over_plan"] = row["plan"]["us"] / row["no-store"]["us"]
                 row["cudnn"]["us"] = _time(cudnn)
                 row["tma_over_plan"] = row["plan"]["us"] / row["tma"]["us"]
                 runs = {}

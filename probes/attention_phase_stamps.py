@@ -40,6 +40,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -261,7 +262,7 @@ def main() -> int:
                         row["us_stamped"] = _time(lambda: call()[0])
                         if not fewer and not name.startswith("tma"):  # the plan's own launch, one program an SM
                             row["us_unstamped"] = _time(lambda p=persistent, f=prefetch_q: attention_fwd(
-                                q, k, v, causal, scale, _with(plan, p, f))[0])
+                                q, k, v, causal, scale, replace(plan, persistent=p, prefetch_q=f))[0])
                 except Exception as exc:  # noqa: BLE001 - one form's failure is its own row
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 result["rows"].append(row)
@@ -276,12 +277,6 @@ def main() -> int:
             write_output(output, result)
         del q, k, v
     return 0
-
-
-def _with(plan, persistent: bool, prefetch_q: bool):
-    from dataclasses import replace
-
-    return replace(plan, persistent=persistent, prefetch_q=prefetch_q)
 
 
 if __name__ == "__main__":

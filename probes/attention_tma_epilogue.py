@@ -136,11 +136,13 @@ def load_form(folder: Path, knockout: bool = False):
     return module
 
 
-def _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask, sms):
-    programs = sms if plan.persistent else None
+def _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask, o_descriptor: bool = True):
+    """The module's kernel launched as the plan launches its own; o_descriptor: O passed as a TMA descriptor."""
+    programs = AG._sm_count(q.device.index or 0) if plan.persistent else None
     grid, args, meta = AG.launch_args(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong,
                                       programs, plan.exp_split, plan.prefetch_q)
-    args = args[:3] + (descriptor(o, AG.WARPGROUP_M), ) + args[4:]
+    if o_descriptor:
+        args = args[:3] + (descriptor(o, AG.WARPGROUP_M), ) + args[4:]
     module._attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=AG.NUM_WARPS, maxnreg=AG.MAXNREG)
 
 
@@ -148,7 +150,7 @@ def tma_fwd(module, plan, q, k, v, causal, scale, key_mask=None):
     """(O, lse) of the form, NaN-poisoned first; O contiguous, as the plan's wrapper makes it."""
     o = torch.full_like(q, float("nan"), memory_format=torch.contiguous_format)
     lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
-    _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask, torch.cuda.get_device_properties(0).multi_processor_count)
+    _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask)
     return o, lse
 
 
@@ -229,7 +231,6 @@ def main() -> int:
         print("the TMA epilogue differs from the plan: nothing timed", flush=True)
         return 1
     scale = 1 / math.sqrt(HEAD_DIM)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     result["experiment"] = []
     for causal in (False, True):
         for seq in EXPERIMENT_S:
@@ -258,11 +259,7 @@ def main() -> int:
                     def without_stores():
                         o = torch.empty_like(q)
                         lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-                        grid, args, meta = AG.launch_args(q, k, v, o, lse, causal, scale, plan.num_stages, None,
-                                                          plan.pingpong, sms if plan.persistent else None,
-                                                          plan.exp_split, plan.prefetch_q)
-                        no_store._attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=AG.NUM_WARPS,
-                                                                   maxnreg=AG.MAXNREG)
+                        _launch(no_store, plan, q, k, v, o, lse, causal, scale, None, o_descriptor=False)
                         return o
                     timed_runs["no-store"] = without_stores
                     row["no-store"] = {"note": "O's stores predicated off: timed only, its output is not O"}

@@ -4,6 +4,7 @@ consumers?
     python probes/attention_tma_epilogue.py OUT_DIR     (writes OUT_DIR/attention_tma_epilogue.json)
     python probes/attention_tma_epilogue.py OUT_DIR --interleaved   (..._interleaved.json)
     python probes/attention_tma_epilogue.py OUT_DIR --knockout      (..._knockout.json)
+    python probes/attention_tma_epilogue.py OUT_DIR --where         (..._where.json)
 
 Round attention-phase-stamps (notes/attention.md) found the epilogue the largest phase a query tile pays once:
 about 1.3-1.8 µs of a consumer's turn on the H100, where normalising 64 x 128 values and issuing their stores
@@ -21,6 +22,12 @@ Timing: the plan, "tma" launched as the plan would launch it, and cuDNN, at atte
 triton.testing.do_bench medians, the L2 flushed (GPU time). A tuning instrument, not evidence.
 --knockout adds, to --interleaved's rounds, the plan's kernel with O's stores predicated off at run time (every
 epilogue instruction kept, no O byte written; its output is not O): what O's stores cost at most.
+--where asks where that cost sits. Beside the plan and the knockout it times, in the same alternating rounds, the
+plan's kernel writing O into a batch-stride-0 view ("l2-resident": every batch writes the same H x S x D slab,
+8-16 MiB that stay in the L2, so O's bytes barely reach DRAM; timed only, its output is not O) and "vector-store"
+(the plan's kernel with O converted, before its store, to a layout of eight consecutive elements a thread: eight
+16-byte stores a thread instead of the accumulator layout's 32 four-byte ones; checked equal to the plan first).
+If l2-resident runs as fast as the knockout, O costs DRAM traffic; if as slow as the plan, the consumers' stores.
 --interleaved times the plan and "tma" in twelve alternating rounds of short do_bench runs instead (the medians
 of the rounds), so that a clock drifting through the run, as a power-held GPU's does, favours neither.
 """
@@ -59,7 +66,8 @@ SHAPES = ("checks: head dims 64 and 128, bf16 and fp16, causal and not, grouped-
           "mask; timed: head dim 128, bf16, B x S = 16,384, 16 heads, S = 2,048 / 4,096 / 8,192, causal and not")
 OUTPUTS = {"attention-tma-epilogue": ("notes/probes/2026-11-28-h100-attention-tma-epilogue.json",
                                       "notes/probes/2026-11-28-h100-attention-tma-epilogue-interleaved.json",
-                                      "notes/probes/2026-11-28-h100-attention-tma-epilogue-knockout.json")}
+                                      "notes/probes/2026-11-28-h100-attention-tma-epilogue-knockout.json"),
+           "attention-o-store": ("notes/probes/2026-11-28-h100-attention-o-store.json", )}
 
 # (batch, heads, kv heads, seq_q, seq_k, head dim, dtype, causal, key mask)
 CHECKS = ((2, 4, 4, 1000, 1500, 128, torch.bfloat16, False, False), (2, 4, 4, 1000, 1500, 128, torch.bfloat16, True, False),
@@ -68,6 +76,8 @@ CHECKS = ((2, 4, 4, 1000, 1500, 128, torch.bfloat16, False, False), (2, 4, 4, 10
           (1, 2, 2, 130, 128, 128, torch.bfloat16, False, False), (8, 16, 4, 1024, 600, 128, torch.bfloat16, False, True),
           (8, 16, 16, 2048, 512, 64, torch.float16, False, False), (4, 16, 16, 2048, 2048, 128, torch.bfloat16, False, False),
           (1, 3, 3, 33, 5000, 128, torch.bfloat16, True, False))
+# --where checks its candidate at the timed kernels' own variants only (head dim 128, bf16, no key mask)
+WHERE_CHECKS = tuple(c for c in CHECKS if c[5] == 128 and c[6] is torch.bfloat16 and not c[8])
 EXPERIMENT_S = (2048, 4096, 8192)
 HEAD_DIM, HEADS = 128, 16
 TOLERANCE = 2e-2  # bf16 / fp16 output against float64, norm-wise
@@ -103,12 +113,7 @@ def form_source() -> str:
                       "    k_smem = gl.allocate_shared_memory(")
     kernel = _replace(kernel, "(_consumer, (q_smem,", "(_consumer, (o_smem, q_smem,")
     kernel = _replace(kernel, "(_consumer_1, (q_smem,", "(_consumer_1, (o_smem, q_smem,")
-    header = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
-              "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,\n"
-              "    warpgroup_mma, warpgroup_mma_wait)\n"
-              "from kernels.attention_gluon import (_LN2, _consume_tiles, _loader, _pass_turn, _query_tile,\n"
-              "    _softmax_tile, _take_turn)\n")
-    return "\n\n".join((header, consumer, second, kernel))
+    return "\n\n".join((HEADER, consumer, second, kernel))
 
 
 def knockout_source() -> str:
@@ -116,19 +121,45 @@ def knockout_source() -> str:
     the epilogue stays, O's bytes never reach memory. Its output is not O; it is timed only, beside the plan."""
     consumer = _replace(inspect.getsource(AG._consumer.fn), "mask=(o_rows < seq_q)[:, None])",
                         "mask=(o_rows < seq_q)[:, None] & (seq_q < 0))")
-    header = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
-              "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,\n"
-              "    warpgroup_mma, warpgroup_mma_wait)\n"
-              "from kernels.attention_gluon import (_LN2, _consume_tiles, _loader, _pass_turn, _query_tile,\n"
-              "    _softmax_tile, _take_turn)\n")
-    return "\n\n".join((header, consumer, inspect.getsource(AG._consumer_1.fn),
-                        inspect.getsource(AG._attention_fwd_gluon_kernel.fn)))
+    return _with_consumer(consumer)
 
 
-def load_form(folder: Path, knockout: bool = False):
+def vector_store_source() -> str:
+    """The plan's kernel with O converted, before its store, to a blocked layout of eight consecutive elements a
+    thread (16-byte stores); the same values reach the same places."""
+    consumer = inspect.getsource(AG._consumer.fn)
+    consumer = _replace(consumer, "    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)\n",
+                        "    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)\n"
+                        "    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1],\n"
+                        "                                                  [1, 0])\n")
+    consumer = _replace(consumer, "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))",
+                        "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))")
+    consumer = _replace(consumer, "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))",
+                        "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))")
+    consumer = _replace(consumer, "gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty),",
+                        "gl.store(o_base + offs, gl.convert_layout(o.to(o_ptr.dtype.element_ty), store_layout),")
+    return _with_consumer(consumer)
+
+
+def _with_consumer(consumer: str) -> str:
+    """A module of the plan's kernel around an edited consumer (same signature)."""
+    return "\n\n".join((HEADER, consumer, inspect.getsource(AG._consumer_1.fn),
+                         inspect.getsource(AG._attention_fwd_gluon_kernel.fn)))
+
+
+HEADER = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
+          "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,\n"
+          "    warpgroup_mma, warpgroup_mma_wait)\n"
+          "from kernels.attention_gluon import (_LN2, _consume_tiles, _loader, _pass_turn, _query_tile,\n"
+          "    _softmax_tile, _take_turn)\n")
+FORMS = {"tma": form_source, "knockout": knockout_source, "vector-store": vector_store_source}
+O_DESCRIPTOR = {"tma": True, "knockout": False, "vector-store": False}  # how each form takes O
+
+
+def load_form(folder: Path, name: str = "tma"):
     """The form as a module (Gluon reads a kernel's source from its file, so it is written out)."""
-    path = folder / ("knockout.py" if knockout else "tma_epilogue.py")
-    path.write_text(knockout_source() if knockout else form_source(), encoding="utf-8")
+    path = folder / (name.replace("-", "_") + ".py")
+    path.write_text(FORMS[name](), encoding="utf-8")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
@@ -146,34 +177,35 @@ def _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask, o_descriptor
     module._attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=AG.NUM_WARPS, maxnreg=AG.MAXNREG)
 
 
-def tma_fwd(module, plan, q, k, v, causal, scale, key_mask=None):
+def tma_fwd(module, plan, q, k, v, causal, scale, key_mask=None, o_descriptor: bool = True):
     """(O, lse) of the form, NaN-poisoned first; O contiguous, as the plan's wrapper makes it."""
     o = torch.full_like(q, float("nan"), memory_format=torch.contiguous_format)
     lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device=q.device)
-    _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask)
+    _launch(module, plan, q, k, v, o, lse, causal, scale, key_mask, o_descriptor)
     return o, lse
 
 
-def compile_for_sm90(head_dim: int, causal: bool, persistent: bool, prefetch_q: bool):
+def compile_for_sm90(head_dim: int, causal: bool, persistent: bool, prefetch_q: bool, form: str = "tma"):
     """The form compiled for sm_90 from shapes alone (the CPU checks it builds)."""
     from kernels._gluon_host import compile_kernel_for_sm90
 
     folder = Path(tempfile.mkdtemp(prefix="tma-epilogue-"))
     try:
-        module = load_form(folder)
+        module = load_form(folder, form)
         q = torch.empty(2, 4, 1000, head_dim, dtype=torch.bfloat16, device="meta")
         lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
         _, args, meta = AG.launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, 2, None, False,
                                        132 if persistent else None, False, prefetch_q)
-        args = args[:3] + (descriptor(q, AG.WARPGROUP_M), ) + args[4:]
+        if O_DESCRIPTOR[form]:
+            args = args[:3] + (descriptor(q, AG.WARPGROUP_M), ) + args[4:]
         return compile_kernel_for_sm90(module._attention_fwd_gluon_kernel, args, meta, AG.NUM_WARPS, AG.MAXNREG)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _checks(module, gen) -> list[dict]:
+def _checks(module, gen, o_descriptor: bool = True, checks: tuple = CHECKS) -> list[dict]:
     rows = []
-    for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in CHECKS:
+    for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in checks:
         q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
         k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
                 for _ in range(2))
@@ -184,7 +216,7 @@ def _checks(module, gen) -> list[dict]:
         plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
         o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
         ref = attention_float64(q, k, v, causal, scale, key_mask=key_mask)
-        o, lse = tma_fwd(module, plan, q, k, v, causal, scale, key_mask)
+        o, lse = tma_fwd(module, plan, q, k, v, causal, scale, key_mask, o_descriptor)
         row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "dtype": str(dtype).split(".")[-1],
                "causal": causal, "key_mask": masked, "persistent": plan.persistent, "prefetch_q": plan.prefetch_q,
                "equal_to_plan": bool(torch.equal(o, o_plan) and torch.equal(lse, lse_plan)),
@@ -209,11 +241,69 @@ def _time(fn) -> float:
     return 1e3 * statistics.median(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(3))
 
 
+def where(out_dir: Path, result: dict) -> int:
+    """--where: the plan, the knockout, the plan's kernel writing an L2-resident O and the vector-store form, in
+    alternating rounds at the experiment's shapes, after the vector-store form is checked against the plan."""
+    output = out_dir / "attention_tma_epilogue_where.json"
+    result.update(question="Where does writing O cost the Gluon forward: in DRAM traffic, or in its consumers' "
+                  "store instructions?", clock="GPU time (the median of twelve alternating rounds of short do_bench "
+                  "runs, L2 flushed; cuDNN: do_bench median of three)")
+    folder = Path(tempfile.mkdtemp(prefix="o-store-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    vector, no_store = load_form(folder, "vector-store"), load_form(folder, "knockout")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(20261128)
+    result["checks"] = _checks(vector, gen, o_descriptor=False, checks=WHERE_CHECKS)
+    result["all_equal"] = all(r["equal_to_plan"] for r in result["checks"])
+    write_output(output, result)
+    if not result["all_equal"]:
+        print("the vector-store form differs from the plan: nothing timed", flush=True)
+        return 1
+    scale = 1 / math.sqrt(HEAD_DIM)
+    result["experiment"] = []
+    for causal in (False, True):
+        for seq in EXPERIMENT_S:
+            batch = 16384 // seq
+            q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
+                       for _ in range(3))
+            plan = plan_attention(seq, HEAD_DIM, torch.bfloat16, causal, seq_k=seq, impl="gluon")
+            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+            slab = torch.empty(q.shape[1:], dtype=q.dtype, device=q.device).expand(q.shape)  # batch stride 0
+
+            def cudnn():
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
+
+            def launch(module, o):
+                _launch(module, plan, q, k, v, o, lse, causal, scale, None, o_descriptor=False)
+
+            o_plan = attention_fwd(q, k, v, causal, scale, plan)[0]
+            o_vector = tma_fwd(vector, plan, q, k, v, causal, scale, o_descriptor=False)[0]
+            row = {"batch": batch, "seq": seq, "causal": causal, "vector_store_equal": bool(torch.equal(o_vector, o_plan)),
+                   "l2_resident_slab_mib": slab[0].numel() * slab.element_size() / 2**20}
+            o_other = torch.empty_like(q)
+            timed = _interleaved({"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
+                                  "no-store": lambda: launch(no_store, o_other),
+                                  "l2-resident": lambda: launch(AG, slab),
+                                  "vector-store": lambda: launch(vector, o_other)})
+            row.update(timed)
+            row["cudnn"] = {"us": _time(cudnn)}
+            for name in ("no-store", "l2-resident", "vector-store"):
+                row[name]["plan_minus_us"] = row["plan"]["us"] - row[name]["us"]
+            result["experiment"].append(row)
+            print(json.dumps(row), flush=True)
+            write_output(output, result)
+            del q, k, v, slab, o_other, o_plan, o_vector
+    return 0
+
+
 def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {**environment(), "question": QUESTION, "shapes": SHAPES,
               "clock": "GPU time (do_bench median of three, L2 flushed)"}
+    if "--where" in sys.argv:
+        return where(out_dir, result)
     knockout = "--knockout" in sys.argv
     interleaved = knockout or "--interleaved" in sys.argv
     output = out_dir / ("attention_tma_epilogue_knockout.json" if knockout else
@@ -221,7 +311,7 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="tma-epilogue-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     module = load_form(folder)
-    no_store = load_form(folder, knockout=True) if knockout else None
+    no_store = load_form(folder, "knockout") if knockout else None
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261128)
     result["checks"] = _checks(module, gen)

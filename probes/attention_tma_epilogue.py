@@ -248,53 +248,73 @@ def where(out_dir: Path, result: dict) -> int:
     result.update(question="Where does writing O cost the Gluon forward: in DRAM traffic, or in its consumers' "
                   "store instructions?", clock="GPU time (the median of twelve alternating rounds of short do_bench "
                   "runs, L2 flushed; cuDNN: do_bench median of three)")
-    folder = Path(tempfile.mkdtemp(prefix="o-store-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    vector, no_store = load_form(folder, "vector-store"), load_form(folder, "knockout")
+    vector, no_store = _forms("vector-store", "knockout")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261128)
-    result["checks"] = _checks(vector, gen, o_descriptor=False, checks=WHERE_CHECKS)
-    result["all_equal"] = all(r["equal_to_plan"] for r in result["checks"])
-    write_output(output, result)
-    if not result["all_equal"]:
-        print("the vector-store form differs from the plan: nothing timed", flush=True)
+    if not _checked(output, result, vector, gen, "the vector-store form", o_descriptor=False, checks=WHERE_CHECKS):
         return 1
     scale = 1 / math.sqrt(HEAD_DIM)
     result["experiment"] = []
+    for causal, seq, batch, q, k, v, plan, cudnn in _timed_shapes(gen, scale):
+        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+        slab = torch.empty(q.shape[1:], dtype=q.dtype, device=q.device).expand(q.shape)  # batch stride 0
+
+        def launch(module, o):
+            _launch(module, plan, q, k, v, o, lse, causal, scale, None, o_descriptor=False)
+
+        o_plan = attention_fwd(q, k, v, causal, scale, plan)[0]
+        o_vector = tma_fwd(vector, plan, q, k, v, causal, scale, o_descriptor=False)[0]
+        row = {"batch": batch, "seq": seq, "causal": causal, "vector_store_equal": bool(torch.equal(o_vector, o_plan)),
+               "l2_resident_slab_mib": slab[0].numel() * slab.element_size() / 2**20}
+        o_other = torch.empty_like(q)
+        timed = _interleaved({"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
+                              "no-store": lambda: launch(no_store, o_other),
+                              "l2-resident": lambda: launch(AG, slab),
+                              "vector-store": lambda: launch(vector, o_other)})
+        row.update(timed)
+        row["cudnn"] = {"us": _time(cudnn)}
+        for name in ("no-store", "l2-resident", "vector-store"):
+            row[name]["plan_minus_us"] = row["plan"]["us"] - row[name]["us"]
+        result["experiment"].append(row)
+        print(json.dumps(row), flush=True)
+        write_output(output, result)
+        del slab, o_other, o_plan, o_vector
+    return 0
+
+
+def _forms(*names: str) -> list:
+    """The named forms as modules, written to a folder removed at exit."""
+    folder = Path(tempfile.mkdtemp(prefix="attention-forms-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return [load_form(folder, name) for name in names]
+
+
+def _checked(output: Path, result: dict, module, gen, what: str, **how) -> bool:
+    """The form's checks into result (written out); False, and nothing is to be timed, unless every one equals the
+    plan bit for bit."""
+    result["checks"] = _checks(module, gen, **how)
+    result["all_equal"] = all(r["equal_to_plan"] for r in result["checks"])
+    write_output(output, result)
+    if not result["all_equal"]:
+        print(f"{what} differs from the plan: nothing timed", flush=True)
+    return result["all_equal"]
+
+
+def _timed_shapes(gen, scale: float):
+    """(causal, S, batch, q, k, v, the plan, cuDNN's call) at attention-fwd's head-dim-128 shapes."""
     for causal in (False, True):
         for seq in EXPERIMENT_S:
             batch = 16384 // seq
             q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
                        for _ in range(3))
-            plan = plan_attention(seq, HEAD_DIM, torch.bfloat16, causal, seq_k=seq, impl="gluon")
-            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-            slab = torch.empty(q.shape[1:], dtype=q.dtype, device=q.device).expand(q.shape)  # batch stride 0
 
-            def cudnn():
+            def cudnn(q=q, k=k, v=v, causal=causal):
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
 
-            def launch(module, o):
-                _launch(module, plan, q, k, v, o, lse, causal, scale, None, o_descriptor=False)
-
-            o_plan = attention_fwd(q, k, v, causal, scale, plan)[0]
-            o_vector = tma_fwd(vector, plan, q, k, v, causal, scale, o_descriptor=False)[0]
-            row = {"batch": batch, "seq": seq, "causal": causal, "vector_store_equal": bool(torch.equal(o_vector, o_plan)),
-                   "l2_resident_slab_mib": slab[0].numel() * slab.element_size() / 2**20}
-            o_other = torch.empty_like(q)
-            timed = _interleaved({"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
-                                  "no-store": lambda: launch(no_store, o_other),
-                                  "l2-resident": lambda: launch(AG, slab),
-                                  "vector-store": lambda: launch(vector, o_other)})
-            row.update(timed)
-            row["cudnn"] = {"us": _time(cudnn)}
-            for name in ("no-store", "l2-resident", "vector-store"):
-                row[name]["plan_minus_us"] = row["plan"]["us"] - row[name]["us"]
-            result["experiment"].append(row)
-            print(json.dumps(row), flush=True)
-            write_output(output, result)
-            del q, k, v, slab, o_other, o_plan, o_vector
-    return 0
+            yield causal, seq, batch, q, k, v, plan_attention(seq, HEAD_DIM, torch.bfloat16, causal, seq_k=seq,
+                                                              impl="gluon"), cudnn
+            del q, k, v
 
 
 def main() -> int:
@@ -308,72 +328,54 @@ def main() -> int:
     interleaved = knockout or "--interleaved" in sys.argv
     output = out_dir / ("attention_tma_epilogue_knockout.json" if knockout else
                         "attention_tma_epilogue_interleaved.json" if interleaved else "attention_tma_epilogue.json")
-    folder = Path(tempfile.mkdtemp(prefix="tma-epilogue-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    module = load_form(folder)
-    no_store = load_form(folder, "knockout") if knockout else None
+    module, no_store = _forms("tma", "knockout")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261128)
-    result["checks"] = _checks(module, gen)
-    result["all_equal"] = all(r["equal_to_plan"] for r in result["checks"])
-    write_output(output, result)
-    if not result["all_equal"]:
-        print("the TMA epilogue differs from the plan: nothing timed", flush=True)
+    if not _checked(output, result, module, gen, "the TMA epilogue"):
         return 1
     scale = 1 / math.sqrt(HEAD_DIM)
     result["experiment"] = []
-    for causal in (False, True):
-        for seq in EXPERIMENT_S:
-            batch = 16384 // seq
-            q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-                       for _ in range(3))
-            plan = plan_attention(seq, HEAD_DIM, torch.bfloat16, causal, seq_k=seq, impl="gluon")
-            flops = 4.0 * batch * HEADS * seq * seq * HEAD_DIM / (2 if causal else 1)
-
-            def cudnn():
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
-
-            runs = {"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
-                    "tma": lambda: tma_fwd(module, plan, q, k, v, causal, scale)[0], "cudnn": cudnn}
-            row = {"batch": batch, "seq": seq, "causal": causal}
-            first = None
-            if interleaved:  # every candidate checked, then timed in alternating short rounds
-                for name, fn in runs.items():
-                    out = fn()
-                    first = out if first is None else first
-                    row[name] = {"rel_diff_to_plan": float((out.double() - first.double()).norm()
-                                                           / first.double().norm())}
-                timed_runs = {n: runs[n] for n in ("plan", "tma")}
-                if knockout:
-                    def without_stores():
-                        o = torch.empty_like(q)
-                        lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-                        _launch(no_store, plan, q, k, v, o, lse, causal, scale, None, o_descriptor=False)
-                        return o
-                    timed_runs["no-store"] = without_stores
-                    row["no-store"] = {"note": "O's stores predicated off: timed only, its output is not O"}
-                for name, timed in _interleaved(timed_runs).items():
-                    row[name].update(timed)
-                if knockout:
-                    row["no_store_over_plan"] = row["plan"]["us"] / row["no-store"]["us"]
-                row["cudnn"]["us"] = _time(cudnn)
-                row["tma_over_plan"] = row["plan"]["us"] / row["tma"]["us"]
-                runs = {}
+    for causal, seq, batch, q, k, v, plan, cudnn in _timed_shapes(gen, scale):
+        flops = 4.0 * batch * HEADS * seq * seq * HEAD_DIM / (2 if causal else 1)
+        runs = {"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
+                "tma": lambda: tma_fwd(module, plan, q, k, v, causal, scale)[0], "cudnn": cudnn}
+        row = {"batch": batch, "seq": seq, "causal": causal}
+        first = None
+        if interleaved:  # every candidate checked, then timed in alternating short rounds
             for name, fn in runs.items():
                 out = fn()
                 first = out if first is None else first
-                err = float((out.double() - first.double()).norm() / first.double().norm())
-                row[name] = {"rel_diff_to_plan": err}
-                if err < TOLERANCE:
-                    us = _time(fn)
-                    row[name].update(us=us, tflops=flops / us / 1e6)
-            row["tma_over_cudnn"] = row["cudnn"]["us"] / row["tma"]["us"]
-            row["plan_over_cudnn"] = row["cudnn"]["us"] / row["plan"]["us"]
-            result["experiment"].append(row)
-            print(json.dumps(row), flush=True)
-            write_output(output, result)
-            del q, k, v
+                row[name] = {"rel_diff_to_plan": float((out.double() - first.double()).norm()
+                                                       / first.double().norm())}
+            timed_runs = {n: runs[n] for n in ("plan", "tma")}
+            if knockout:
+                def without_stores():
+                    o = torch.empty_like(q)
+                    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+                    _launch(no_store, plan, q, k, v, o, lse, causal, scale, None, o_descriptor=False)
+                    return o
+                timed_runs["no-store"] = without_stores
+                row["no-store"] = {"note": "O's stores predicated off: timed only, its output is not O"}
+            for name, timed in _interleaved(timed_runs).items():
+                row[name].update(timed)
+            if knockout:
+                row["no_store_over_plan"] = row["plan"]["us"] / row["no-store"]["us"]
+            row["cudnn"]["us"] = _time(cudnn)
+            row["tma_over_plan"] = row["plan"]["us"] / row["tma"]["us"]
+            runs = {}
+        for name, fn in runs.items():
+            out = fn()
+            first = out if first is None else first
+            err = float((out.double() - first.double()).norm() / first.double().norm())
+            row[name] = {"rel_diff_to_plan": err}
+            if err < TOLERANCE:
+                us = _time(fn)
+                row[name].update(us=us, tflops=flops / us / 1e6)
+        row["tma_over_cudnn"] = row["cudnn"]["us"] / row["tma"]["us"]
+        row["plan_over_cudnn"] = row["cudnn"]["us"] / row["plan"]["us"]
+        result["experiment"].append(row)
+        print(json.dumps(row), flush=True)
+        write_output(output, result)
     return 0
 
 

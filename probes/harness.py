@@ -1,12 +1,13 @@
 """What every probe shares: the header and writer of its JSON output, the two clocks it times on, the softmax
-shape machinery the any-N rounds reuse, the compiler's reading of a kernel's registers, the int4 Gluon
-probes' plain operand, and the attention probes' line fit.
+shape machinery the any-N rounds reuse and the attention probes' line fit. Two smaller rooms beside it hold
+what only some probes need: probes/compiled.py (a compiled kernel's registers, spills and programs an SM) and
+probes/int4_parts.py (the int4 Gluon probes' weights and plain operand).
 
 A probe is a tuning instrument, never evidence: the site's figures come from run records alone. Each probe
 module declares, as module-level data, the question it asks (`QUESTION`), what it times (`CANDIDATES`), at
 which shapes (`SHAPES`) and the raw outputs it wrote (`OUTPUTS`: round id -> files under notes/probes/);
 probes/rounds.toml says, per round, what was kept and dropped and which page the round fed. No probe
-imports another: what two of them need lives here.
+imports another: what two of them need lives here or in those two rooms.
 
 Import on a CPU: torch and Triton import anywhere, and everything that needs a GPU (the clocks, the copy
 ceiling) is imported or touched inside the functions that use it.
@@ -19,21 +20,14 @@ import dataclasses
 import json
 import math
 import platform
-import re
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
 
-from checks.decode_probe import n_copies
-from kernels.int4_gluon import Int4Prepacked, prepack_int4
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -356,95 +350,3 @@ def run_rounds(doc: str, runners: dict[int, Runner], argv=None) -> int:
     if result["rows"] and "direction" in result["rows"][0]:
         summarize(result["rows"])
     return 0
-
-
-# --------------------------------------------------------------------------------------------------------
-# Compiled, no GPU: registers, spills, programs an SM
-# --------------------------------------------------------------------------------------------------------
-
-# Per SM, compute capability 8.0 and later (the CUDA occupancy rules): registers, warps, resident programs,
-# shared memory in bytes, and what each program reserves of it.
-REGISTERS, WARPS, PROGRAMS, SHARED, SHARED_RESERVED = 65536, 64, 32, 228 * 1024, 1024
-REGISTER_UNIT = 256  # registers are given to a warp in units of 256
-
-
-@dataclass(frozen=True)
-class Occupancy:
-    programs: int  # resident programs an SM
-    limit: str  # "registers", "warps", "programs" or "shared memory"
-    by_limit: dict
-
-
-def occupancy(registers: int, warps: int, shared: int) -> Occupancy:
-    """Programs of `warps` warps, `registers` a thread and `shared` bytes one SM holds at once."""
-    per_warp = math.ceil(registers * 32 / REGISTER_UNIT) * REGISTER_UNIT
-    by_limit = {
-        "registers": REGISTERS // (per_warp * warps) if registers else PROGRAMS,
-        "warps": WARPS // warps,
-        "programs": PROGRAMS,
-        "shared memory": SHARED // (shared + SHARED_RESERVED) if shared else PROGRAMS,
-    }
-    limit = min(by_limit, key=by_limit.get)
-    return Occupancy(by_limit[limit], limit, by_limit)
-
-
-def ptxas_registers(compiled, arch: int) -> tuple[int, int]:
-    """(registers a thread, spilled bytes) of a kernel compiled for sm_`arch`, as `ptxas -v` reports them."""
-    from triton.backends.nvidia.compiler import get_ptxas
-
-    suffix = "a" if arch >= 90 else ""
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = Path(tmp) / "kernel.ptx"
-        ptx.write_text(compiled.asm["ptx"])
-        report = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", str(ptx), "-o",
-                                 str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True, check=True).stderr
-    registers = int(re.findall(r"Used (\d+) registers", report)[-1])
-    return registers, sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
-
-
-# --------------------------------------------------------------------------------------------------------
-# The int4 Gluon probes: kernels/int4_gluon.py's words as the MMA's register operand
-# --------------------------------------------------------------------------------------------------------
-
-
-def int4_prepacked_copies(w_packed: torch.Tensor, scales: torch.Tensor, group: int, nbytes: int) -> list:
-    """prepack_int4's weight and copies of it, enough that a call rotating through them reads `nbytes` past L2
-    (checks/decode_probe.n_copies); the first is the one whose outputs are checked."""
-    first = prepack_int4(w_packed, scales, group)
-    return [first] + [Int4Prepacked(first.weight.clone(), first.scales.clone(), first.n_cols, first.n_features, group)
-                      for _ in range(n_copies(nbytes) - 1)]
-
-
-@gluon.jit
-def int4_arrange(o0, o1, o2, o3, o4, o5, o6, o7, a_layout: gl.constexpr, G: gl.constexpr):
-    # Eight halves of a thread's words -> [BLOCK_N, G] in the MMA's register layout (renames only).
-    T: gl.constexpr = o0.shape[0]
-    v = gl.join(gl.join(gl.join(o0, o1), gl.join(o2, o3)), gl.join(gl.join(o4, o5), gl.join(o6, o7)))
-    v = gl.reshape(v, [T // 32, 8, 4, G // 16, 2, 2, 2])  # (w, r, t, c, p, i, h)
-    v = gl.permute(v, (0, 6, 1, 3, 5, 2, 4))  # (w, h, r, c, i, t, p)
-    v = gl.reshape(v, [T // 2, G])
-    return gl.convert_layout(v, a_layout, assert_trivial=True)
-
-
-@gluon.jit
-def int4_unpack_plain(w, DT: gl.constexpr, MAGIC_BITS: gl.constexpr):
-    # kernels/int4_gluon.py's unpacking before the offset moved to the ALU. One word (a thread's k-step) ->
-    # eight 16-bit 128 + u: (w >> 4j) & 0x000F000F | MAGIC is the bf16x2 pair (nibble j, nibble j + 4),
-    # j = 2h + i, register (h, i) of the step.
-    asm: gl.constexpr = ("{\n.reg .b32 t, v;\n"
-                         f"lop3.b32 v, $8, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$0, $1}}, v;\n"
-                         "shr.b32 t, $8, 4;\n"
-                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$2, $3}}, v;\n"
-                         "shr.b32 t, $8, 8;\n"
-                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$4, $5}}, v;\n"
-                         "shr.b32 t, $8, 12;\n"
-                         f"lop3.b32 v, t, 0x000F000F, {MAGIC_BITS:#x}, 0xEA;\nmov.b32 {{$6, $7}}, v;\n}}")
-    return gl.inline_asm_elementwise(asm, "=h,=h,=h,=h,=h,=h,=h,=h,r", [w], dtype=(DT.value, ) * 8, is_pure=True,
-                                     pack=1)
-
-
-@gluon.jit
-def int4_operand_plain(w, a_layout: gl.constexpr, DT: gl.constexpr, MAGIC_BITS: gl.constexpr, G: gl.constexpr):
-    # The words as V = 128 + u (float16: 1024 + u), the offset left to the caller.
-    o0, o1, o2, o3, o4, o5, o6, o7 = int4_unpack_plain(w, DT, MAGIC_BITS)
-    return int4_arrange(o0, o1, o2, o3, o4, o5, o6, o7, a_layout, G)

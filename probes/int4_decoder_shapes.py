@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from checks.decode_probe import copy_ceiling_gbs, graph_us, rel_err  # noqa: E402
 from kernels import _gemv, int4_gluon as ig  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
-from probes.harness import int4_prepacked_copies  # noqa: E402
+from probes.int4_parts import int4_prepacked_copies  # noqa: E402
 
 QUESTION = ("Does the one-row int4 plan chosen at K = 4,096 also serve the decoder layer's own projections, the "
             "down projection's K = 14,336 among them, or does the split it replaced win there?")

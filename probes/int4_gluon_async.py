@@ -30,7 +30,7 @@ from checks.decode_probe import copy_ceiling_gbs, graph_us, rel_err  # noqa: E40
 from kernels import int4_gluon as ig  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
-from probes.harness import int4_operand_plain, int4_prepacked_copies  # noqa: E402
+from probes.int4_parts import int4_operand_plain, int4_prepacked_copies  # noqa: E402
 
 QUESTION = ("Do asynchronous wgmma (one group's products overlapping the next group's unpack), or scales loaded a "
             "chunk ahead with the weights, bring the Gluon int4 GEMV closer to its weight-read floor?")

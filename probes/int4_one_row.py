@@ -51,7 +51,7 @@ from checks.decode_probe import copy_ceiling_gbs, graph_us, rel_err  # noqa: E40
 from kernels import int4_gluon as ig  # noqa: E402
 from kernels._gemv import device_sm_count, workspace  # noqa: E402
 from kernels.quantize import dequantize_int4, quantize_int4  # noqa: E402
-from probes.harness import int4_arrange, int4_operand_plain, int4_prepacked_copies  # noqa: E402
+from probes.int4_parts import int4_arrange, int4_operand_plain, int4_prepacked_copies  # noqa: E402
 
 QUESTION = ("At one row, what brings the int4 GEMV nearer its weight-read floor: the CUDA cores, the offset off the "
             "tensor cores, more bytes in flight, fewer groups a chunk or more programs an SM, and how close does a "

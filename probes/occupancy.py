@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 
 from kernels.softmax import _bwd_launch, _fresh_workspace, _fwd_launch, plan_softmax  # noqa: E402
 from kernels.softmax_plan import SoftmaxPlan  # noqa: E402
-from probes.harness import Occupancy, occupancy, ptxas_registers  # noqa: E402, F401 - the study's rules, re-exported
+from probes.compiled import Occupancy, occupancy, ptxas_registers  # noqa: E402, F401 - the study's rules, re-exported
 
 QUESTION = ("How many programs of a softmax plan's kernel fit one SM, and which limit binds, read from the "
             "compiler for sm_90 without a GPU?")

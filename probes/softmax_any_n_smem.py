@@ -51,9 +51,8 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 if __package__ in (None, ""):  # run as a script: the repository root on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from probes.harness import (  # noqa: E402
-    LAB_TIMING, occupancy, probe_header, ptxas_registers, time_forward_shapes, write_output,
-)
+from probes.compiled import occupancy, ptxas_registers  # noqa: E402
+from probes.harness import LAB_TIMING, probe_header, time_forward_shapes, write_output  # noqa: E402
 
 QUESTION = ("Does a split-row forward that stages its 2-byte slices in shared memory, in their storage dtype "
             "(TMA, cp.async or plain loads), hold more bytes in flight and beat the lab's fp32-holding slices?")
@@ -350,7 +349,7 @@ def compile_variant(copy: str, slice_n: int, warps: int, cap: int = 0, dtype: to
 
 def compile_facts(copy: str, slice_n: int, warps: int, cap: int = 0, dtype: torch.dtype = torch.bfloat16,
                   arch: int = 90) -> dict:
-    """Registers a thread, spilled bytes, shared bytes and programs an SM (probes/harness.py's rules)."""
+    """Registers a thread, spilled bytes, shared bytes and programs an SM (probes/compiled.py's rules)."""
     compiled = compile_variant(copy, slice_n, warps, cap, dtype, arch)
     regs, spills = ptxas_registers(compiled, arch)
     shared = compiled.metadata.shared

@@ -24,7 +24,7 @@ triton.testing.do_bench medians, the L2 flushed (GPU time). A tuning instrument,
 epilogue instruction kept, no O byte written; its output is not O): what O's stores cost at most.
 --where asks where that cost sits. Beside the plan and the knockout it times, in the same alternating rounds, the
 plan's kernel writing O into a batch-stride-0 view ("l2-resident": every batch writes the same H x S x D slab,
-8-16 MiB that stay in the L2, so O's bytes barely reach DRAM; timed only, its output is not O) and "vector-store"
+8-32 MiB that stay in the L2, so O's bytes barely reach DRAM; timed only, its output is not O) and "vector-store"
 (the plan's kernel with O converted, before its store, to a layout of eight consecutive elements a thread: eight
 16-byte stores a thread instead of the accumulator layout's 32 four-byte ones; checked equal to the plan first).
 If l2-resident runs as fast as the knockout, O costs DRAM traffic; if as slow as the plan, the consumers' stores.
@@ -245,7 +245,8 @@ def where(out_dir: Path, result: dict) -> int:
     """--where: the plan, the knockout, the plan's kernel writing an L2-resident O and the vector-store form, in
     alternating rounds at the experiment's shapes, after the vector-store form is checked against the plan."""
     output = out_dir / "attention_tma_epilogue_where.json"
-    result.update(question="Where does writing O cost the Gluon forward: in DRAM traffic, or in its consumers' "
+    result.update(shapes="checks: head dim 128, bf16, no key mask (six shapes); timed: " + SHAPES.split("timed: ")[1],
+                  question="Where does writing O cost the Gluon forward: in DRAM traffic, or in its consumers' "
                   "store instructions?", clock="GPU time (the median of twelve alternating rounds of short do_bench "
                   "runs, L2 flushed; cuDNN: do_bench median of three)")
     vector, no_store = _forms("vector-store", "knockout")

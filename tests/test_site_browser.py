@@ -138,13 +138,22 @@ FOLLOW = """(href) => {
   link.remove();
 }"""
 
-# The page at `href` has arrived: its own article is in place, its images are loaded and its math typeset.
+# Every plain table of the article (Material's selector) sits in the scrolling box Material's script wraps it in once the page is mounted
+# (after a load, and again after each instant navigation): a table measured before then has no box to scroll in.
+WRAPPED = """Array.from(document.querySelectorAll("article table:not([class])")).every((t) => t.closest(".md-typeset__scrollwrap"))"""
+
+# The page at `href` has arrived: its own article is in place, its images are loaded, its math typeset and its
+# tables wrapped.
 ARRIVED = """(href) => {
   const article = document.querySelector("article");
   return location.href === href && article && !article.dataset.left
     && Array.from(document.images).every((img) => img.complete)
-    && Array.from(document.querySelectorAll(".arithmatex")).every((el) => el.querySelector(".katex, .katex-error"));
+    && Array.from(document.querySelectorAll(".arithmatex")).every((el) => el.querySelector(".katex, .katex-error"))
+    && """ + WRAPPED + """;
 }"""
+
+# A page opened afresh is ready: its math typeset and its tables wrapped.
+READY = "() => (" + TYPESET + ")() && " + WRAPPED
 
 
 class Visit:
@@ -175,11 +184,11 @@ class Visit:
             route.abort()
 
     def goto(self, path: str):
-        """Open `path` and wait for the load event and, on a page with math, for KaTeX to typeset all of it
-        (or 15 s, after which the untypeset formulas are what the checks see)."""
+        """Open `path` and wait for the load event and for the page to be ready (READY: KaTeX done with its math,
+        the tables wrapped), or 15 s, after which what is left undone is what the checks see."""
         response = self.page.goto(self.base + path, wait_until="load")
         try:
-            self.page.wait_for_function(TYPESET, timeout=15_000, polling=POLL_MS)
+            self.page.wait_for_function(READY, timeout=15_000, polling=POLL_MS)
         except PlaywrightTimeout:
             pass
         return response

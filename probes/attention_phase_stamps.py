@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernels.attention_gluon as AG  # noqa: E402
 from kernels._gluon_host import descriptor  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
+from probes.attention_forms import replace_once, with_tma_epilogue  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = "Where does the Gluon forward's fixed cost a query tile go, phase by phase?"
@@ -92,33 +93,6 @@ def _stamp(stamp_ptr, i, WG: gl.constexpr, k: gl.constexpr, MAX_TURNS: gl.conste
 '''
 
 
-def _replace(text: str, old: str, new: str) -> str:
-    if text.count(old) != 1:
-        raise RuntimeError(f"kernels/attention_gluon.py's consumer no longer holds exactly one {old!r}")
-    return text.replace(old, new)
-
-
-def _tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str, str]:
-    """The three sources with O stored through a shared-memory buffer of each consumer's own by TMA, as
-    probes/attention_tma_epilogue.py builds it (o_ptr then carries O's descriptor)."""
-    consumer = _replace(consumer, "def _consumer(q_smem,", "def _consumer(o_smem, q_smem,")
-    start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))\n")
-    end = consumer.index("        c += n_tiles\n")
-    consumer = consumer[:start] + (
-        "        tma.store_wait(0)\n        o_view = o_smem.index(WG)\n"
-        "        o_view.reshape([wg_m, HEAD_DIM]).store(o.to(q_view.dtype))\n        fence_async_shared()\n"
-        "        tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)\n") + consumer[end:]
-    consumer = consumer.rstrip("\n") + "\n    tma.store_wait(0)\n"
-    second = _replace(_replace(second, "def _consumer_1(q_smem,", "def _consumer_1(o_smem, q_smem,"),
-                      "    _consumer(q_smem,", "    _consumer(o_smem, q_smem,")
-    kernel = _replace(kernel, "    k_smem = gl.allocate_shared_memory(",
-                      "    o_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)\n"
-                      "    k_smem = gl.allocate_shared_memory(")
-    kernel = _replace(_replace(kernel, "(_consumer, (q_smem,", "(_consumer, (o_smem, q_smem,"),
-                      "(_consumer_1, (q_smem,", "(_consumer_1, (o_smem, q_smem,")
-    return consumer, second, kernel
-
-
 def form_source(max_turns: int, tma_epilogue: bool = False) -> str:
     """A module holding the plan's kernel with the stamping consumer (and, tma_epilogue, O stored by TMA); the
     stamps go where the key mask's pointer would (the stamped shapes have no key mask)."""
@@ -126,22 +100,22 @@ def form_source(max_turns: int, tma_epilogue: bool = False) -> str:
     second = inspect.getsource(AG._consumer_1.fn)
     kernel = inspect.getsource(AG._attention_fwd_gluon_kernel.fn)
     if tma_epilogue:
-        consumer, second, kernel = _tma_epilogue(consumer, second, kernel)
+        consumer, second, kernel = with_tma_epilogue(consumer, second, kernel)
 
     def at(k: int) -> str:
         return f"        _stamp(mask_ptr, i, WG, {k}, {max_turns}, {COLUMNS}, {k in (0, POINTS - 1)})\n"
 
-    consumer = _replace(consumer, "        qb = i % Q_BUFFERS\n", at(0) + "        qb = i % Q_BUFFERS\n")
-    consumer = _replace(consumer, "        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)\n",
+    consumer = replace_once(consumer, "        qb = i % Q_BUFFERS\n", at(0) + "        qb = i % Q_BUFFERS\n")
+    consumer = replace_once(consumer, "        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)\n",
                         "        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)\n" + at(1))
-    consumer = _replace(consumer, "        mbarrier.arrive(k_free.index(c % STAGES))\n",
+    consumer = replace_once(consumer, "        mbarrier.arrive(k_free.index(c % STAGES))\n",
                         "        mbarrier.arrive(k_free.index(c % STAGES))\n" + at(2))
-    consumer = _replace(consumer, "        mid = gl.maximum(n_full, 1)\n", at(3) + "        mid = gl.maximum(n_full, 1)\n")
-    consumer = _replace(consumer, "        mbarrier.arrive(q_free.index(qb))\n",
+    consumer = replace_once(consumer, "        mid = gl.maximum(n_full, 1)\n", at(3) + "        mid = gl.maximum(n_full, 1)\n")
+    consumer = replace_once(consumer, "        mbarrier.arrive(q_free.index(qb))\n",
                         at(4) + "        mbarrier.arrive(q_free.index(qb))\n")
-    consumer = _replace(consumer, "        mbarrier.arrive(v_free.index(last % STAGES))\n",
+    consumer = replace_once(consumer, "        mbarrier.arrive(v_free.index(last % STAGES))\n",
                         "        mbarrier.arrive(v_free.index(last % STAGES))\n" + at(5))
-    consumer = _replace(consumer, "        c += n_tiles\n", at(6) + "        c += n_tiles\n")
+    consumer = replace_once(consumer, "        c += n_tiles\n", at(6) + "        c += n_tiles\n")
     header = ("from triton.experimental import gluon\nfrom triton.experimental.gluon import language as gl\n"
               "from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,\n"
               "    warpgroup_mma, warpgroup_mma_wait)\n"

@@ -44,7 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from kernels.reference_attention import attention_float64  # noqa: E402
+from probes.attention_forms import check_case, rel_error  # noqa: E402
 from probes.harness import key_tile_fit  # noqa: E402
 from kernels.attention_gluon import (  # noqa: E402
     _LN2, MAXNREG, NUM_WARPS, _consume_tiles, _loader, _query_tile, _softmax_tile, launch_args)
@@ -307,23 +307,14 @@ OVERLAPS = {"overlap": 1, "overlap-2q": 2}
 def _checks(gen) -> list[dict]:
     rows = []
     for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in CHECKS:
-        q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
-        k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
-                for _ in range(2))
-        key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
-        if key_mask is not None:
-            key_mask[0, :] = False  # a batch whose rows see no key
-        scale = 1 / math.sqrt(head_dim)
-        plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
-        o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
-        ref = attention_float64(q, k, v, causal, scale, key_mask=key_mask)
+        case = check_case(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked)
         row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "dtype": str(dtype).split(".")[-1],
-               "causal": causal, "key_mask": masked,
-               "plan_rel_error": float((o_plan.double() - ref).norm() / ref.norm().clamp_min(1e-30))}
+               "causal": causal, "key_mask": masked, "plan_rel_error": rel_error(case.o_plan, case.ref)}
         for name, buffers in OVERLAPS.items():
-            o, lse = overlap_fwd(q, k, v, causal, scale, plan.num_stages, key_mask, buffers)
-            row[name] = {"equal_to_plan": bool(torch.equal(o, o_plan) and torch.equal(lse, lse_plan)),
-                         "rel_error": float((o.double() - ref).norm() / ref.norm().clamp_min(1e-30))}
+            o, lse = overlap_fwd(case.q, case.k, case.v, causal, case.scale, case.plan.num_stages, case.key_mask,
+                                 buffers)
+            row[name] = {"equal_to_plan": bool(torch.equal(o, case.o_plan) and torch.equal(lse, case.lse_plan)),
+                         "rel_error": rel_error(o, case.ref)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernels.attention_gluon as AG  # noqa: E402
 from kernels._gluon_host import descriptor  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from kernels.reference_attention import attention_float64  # noqa: E402
+from probes.attention_forms import check_case, rel_error, replace_once, with_tma_epilogue  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = ("Does storing O through shared memory with a TMA copy take the Gluon forward's epilogue off its "
@@ -84,42 +84,17 @@ TOLERANCE = 2e-2  # bf16 / fp16 output against float64, norm-wise
 INTERLEAVED_ROUNDS = 12
 
 
-def _replace(text: str, old: str, new: str) -> str:
-    if text.count(old) != 1:
-        raise RuntimeError(f"kernels/attention_gluon.py no longer holds exactly one {old!r}")
-    return text.replace(old, new)
-
-
 def form_source() -> str:
     """A module holding the plan's kernel with the TMA epilogue (module docstring); o_ptr carries O's descriptor."""
-    consumer = inspect.getsource(AG._consumer.fn)
-    consumer = _replace(consumer, "def _consumer(q_smem,", "def _consumer(o_smem, q_smem,")
-    start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))\n")
-    end = consumer.index("        c += n_tiles\n")
-    consumer = consumer[:start] + (
-        "        # The buffer's last copy out must be done before it is written again.\n"
-        "        tma.store_wait(0)\n"
-        "        o_view = o_smem.index(WG)\n"
-        "        o_view.reshape([wg_m, HEAD_DIM]).store(o.to(q_view.dtype))\n"
-        "        fence_async_shared()\n"
-        "        tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)\n") + consumer[end:]
-    consumer = consumer.rstrip("\n") + "\n    tma.store_wait(0)\n"
-    second = inspect.getsource(AG._consumer_1.fn)
-    second = _replace(second, "def _consumer_1(q_smem,", "def _consumer_1(o_smem, q_smem,")
-    second = _replace(second, "    _consumer(q_smem,", "    _consumer(o_smem, q_smem,")
-    kernel = inspect.getsource(AG._attention_fwd_gluon_kernel.fn)
-    kernel = _replace(kernel, "    k_smem = gl.allocate_shared_memory(",
-                      "    o_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)\n"
-                      "    k_smem = gl.allocate_shared_memory(")
-    kernel = _replace(kernel, "(_consumer, (q_smem,", "(_consumer, (o_smem, q_smem,")
-    kernel = _replace(kernel, "(_consumer_1, (q_smem,", "(_consumer_1, (o_smem, q_smem,")
-    return "\n\n".join((HEADER, consumer, second, kernel))
+    parts = with_tma_epilogue(inspect.getsource(AG._consumer.fn), inspect.getsource(AG._consumer_1.fn),
+                              inspect.getsource(AG._attention_fwd_gluon_kernel.fn))
+    return "\n\n".join((HEADER, *parts))
 
 
 def knockout_source() -> str:
     """The plan's kernel with O's stores predicated off at run time (seq_q < 0 never holds): every instruction of
     the epilogue stays, O's bytes never reach memory. Its output is not O; it is timed only, beside the plan."""
-    consumer = _replace(inspect.getsource(AG._consumer.fn), "mask=(o_rows < seq_q)[:, None])",
+    consumer = replace_once(inspect.getsource(AG._consumer.fn), "mask=(o_rows < seq_q)[:, None])",
                         "mask=(o_rows < seq_q)[:, None] & (seq_q < 0))")
     return _with_consumer(consumer)
 
@@ -128,15 +103,15 @@ def vector_store_source() -> str:
     """The plan's kernel with O converted, before its store, to a blocked layout of eight consecutive elements a
     thread (16-byte stores); the same values reach the same places."""
     consumer = inspect.getsource(AG._consumer.fn)
-    consumer = _replace(consumer, "    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)\n",
+    consumer = replace_once(consumer, "    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)\n",
                         "    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)\n"
                         "    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1],\n"
                         "                                                  [1, 0])\n")
-    consumer = _replace(consumer, "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))",
+    consumer = replace_once(consumer, "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))",
                         "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))")
-    consumer = _replace(consumer, "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))",
+    consumer = replace_once(consumer, "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))",
                         "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))")
-    consumer = _replace(consumer, "gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty),",
+    consumer = replace_once(consumer, "gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty),",
                         "gl.store(o_base + offs, gl.convert_layout(o.to(o_ptr.dtype.element_ty), store_layout),")
     return _with_consumer(consumer)
 
@@ -206,21 +181,13 @@ def compile_for_sm90(head_dim: int, causal: bool, persistent: bool, prefetch_q: 
 def _checks(module, gen, o_descriptor: bool = True, checks: tuple = CHECKS) -> list[dict]:
     rows = []
     for batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked in checks:
-        q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
-        k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
-                for _ in range(2))
-        key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
-        if key_mask is not None:
-            key_mask[0, :] = False  # a batch whose rows see no key
-        scale = 1 / math.sqrt(head_dim)
-        plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
-        o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
-        ref = attention_float64(q, k, v, causal, scale, key_mask=key_mask)
-        o, lse = tma_fwd(module, plan, q, k, v, causal, scale, key_mask, o_descriptor)
+        case = check_case(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, masked)
+        o, lse = tma_fwd(module, case.plan, case.q, case.k, case.v, causal, case.scale, case.key_mask, o_descriptor)
         row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "dtype": str(dtype).split(".")[-1],
-               "causal": causal, "key_mask": masked, "persistent": plan.persistent, "prefetch_q": plan.prefetch_q,
-               "equal_to_plan": bool(torch.equal(o, o_plan) and torch.equal(lse, lse_plan)),
-               "rel_error": float((o.double() - ref).norm() / ref.norm().clamp_min(1e-30))}
+               "causal": causal, "key_mask": masked, "persistent": case.plan.persistent,
+               "prefetch_q": case.plan.prefetch_q,
+               "equal_to_plan": bool(torch.equal(o, case.o_plan) and torch.equal(lse, case.lse_plan)),
+               "rel_error": rel_error(o, case.ref)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows

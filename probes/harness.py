@@ -1,13 +1,14 @@
 """What every probe shares: the header and writer of its JSON output, the two clocks it times on, the softmax
-shape machinery the any-N rounds reuse and the attention probes' line fit. Two smaller rooms beside it hold
-what only some probes need: probes/compiled.py (a compiled kernel's registers, spills and programs an SM) and
-probes/int4_parts.py (the int4 Gluon probes' weights and plain operand).
+shape machinery the any-N rounds reuse and the attention probes' line fit. Smaller rooms beside it hold
+what only some probes need: probes/compiled.py (a compiled kernel's registers, spills and programs an SM),
+probes/int4_parts.py (the int4 Gluon probes' weights and plain operand) and probes/attention_forms.py (the
+attention forward's source edits and check shapes).
 
 A probe is a tuning instrument, never evidence: the site's figures come from run records alone. Each probe
 module declares, as module-level data, the question it asks (`QUESTION`), what it times (`CANDIDATES`), at
 which shapes (`SHAPES`) and the raw outputs it wrote (`OUTPUTS`: round id -> files under notes/probes/);
 probes/rounds.toml says, per round, what was kept and dropped and which page the round fed. No probe
-imports another: what two of them need lives here or in those two rooms.
+imports another: what two of them need lives here or in those rooms.
 
 Import on a CPU: torch and Triton import anywhere, and everything that needs a GPU (the clocks, the copy
 ceiling) is imported or touched inside the functions that use it.

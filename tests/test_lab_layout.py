@@ -57,7 +57,7 @@ CLI = {"build_results.py", "derive_margin.py", "compress_records.py", "run_noteb
        "mkdocs_hooks.py", "site_records.py", "markdown_plain_text.py", "mkdocs_page_cache.py", "ray_wheelhouse.py"}
 HOUSE_FORBIDDEN = {"kernels": ("lab", "experiments", "tools", "probes", "checks"),
                    "experiments": ("lab", "tools", "probes", "checks")}
-PROBE_SHARED = {"__init__", "harness", "compiled", "int4_parts"}  # what a probe may import; every other module of probes/ is a probe
+PROBE_SHARED = {"__init__", "harness", "compiled", "int4_parts", "attention_forms"}  # what a probe may import; every other module of probes/ is a probe
 
 
 def _module_name(path: Path) -> str:

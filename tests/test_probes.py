@@ -15,7 +15,7 @@ import probes
 from lab.publish.notebook import load_rounds, render_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = {"harness", "compiled", "int4_parts"}
+SHARED = {"harness", "compiled", "int4_parts", "attention_forms"}
 
 
 def _probes():

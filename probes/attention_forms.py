@@ -1,0 +1,82 @@
+"""What the attention probes share: editing a copy of kernels/attention_gluon.py's source (one replacement at a
+time, and the TMA epilogue's edit, which more than one probe builds on), and one check shape's inputs with the
+plan's and a float64 reference's outputs, which every form is held to before it is timed. Shared by probes; not
+a probe itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from kernels.attention import attention_fwd, plan_attention
+from kernels.reference_attention import attention_float64
+
+
+def replace_once(text: str, old: str, new: str, where: str = "kernels/attention_gluon.py") -> str:
+    """`text` with its one `old` replaced by `new`; an error naming `where` if `old` is not there exactly once."""
+    if text.count(old) != 1:
+        raise RuntimeError(f"{where} no longer holds exactly one {old!r}")
+    return text.replace(old, new)
+
+
+def with_tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str, str]:
+    """The sources of the plan's consumer, second consumer and kernel with O stored through a shared-memory
+    buffer of each consumer's own by TMA (round attention-tma-epilogue); o_ptr then carries O's descriptor."""
+    consumer = replace_once(consumer, "def _consumer(q_smem,", "def _consumer(o_smem, q_smem,")
+    start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))\n")
+    end = consumer.index("        c += n_tiles\n")
+    consumer = consumer[:start] + (
+        "        # The buffer's last copy out must be done before it is written again.\n"
+        "        tma.store_wait(0)\n"
+        "        o_view = o_smem.index(WG)\n"
+        "        o_view.reshape([wg_m, HEAD_DIM]).store(o.to(q_view.dtype))\n"
+        "        fence_async_shared()\n"
+        "        tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)\n") + consumer[end:]
+    consumer = consumer.rstrip("\n") + "\n    tma.store_wait(0)\n"
+    second = replace_once(second, "def _consumer_1(q_smem,", "def _consumer_1(o_smem, q_smem,")
+    second = replace_once(second, "    _consumer(q_smem,", "    _consumer(o_smem, q_smem,")
+    kernel = replace_once(kernel, "    k_smem = gl.allocate_shared_memory(",
+                          "    o_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)\n"
+                          "    k_smem = gl.allocate_shared_memory(")
+    kernel = replace_once(kernel, "(_consumer, (q_smem,", "(_consumer, (o_smem, q_smem,")
+    kernel = replace_once(kernel, "(_consumer_1, (q_smem,", "(_consumer_1, (o_smem, q_smem,")
+    return consumer, second, kernel
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64 (a zero reference counts as 1e-30)."""
+    return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+class CheckCase(NamedTuple):
+    """One check shape: its inputs, the plan's Gluon forward and what the plan and float64 give."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    key_mask: torch.Tensor | None
+    scale: float
+    plan: object
+    o_plan: torch.Tensor
+    lse_plan: torch.Tensor
+    ref: torch.Tensor
+
+
+def check_case(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int, dtype,
+               causal: bool, masked: bool) -> CheckCase:
+    """Random inputs drawn from `gen` (a key mask, when `masked`, keeping 70% of the keys and none of batch 0's, so
+    its rows see no key), the plan's Gluon forward at them and the float64 reference."""
+    q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
+    k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
+            for _ in range(2))
+    key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
+    if key_mask is not None:
+        key_mask[0, :] = False  # a batch whose rows see no key
+    scale = 1 / math.sqrt(head_dim)
+    plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
+    o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
+    return CheckCase(q, k, v, key_mask, scale, plan, o_plan, lse_plan,
+                     attention_float64(q, k, v, causal, scale, key_mask=key_mask))

@@ -22,7 +22,10 @@ consumer 0, then 1, then 0 (two more mbarriers), so one's exponentials run while
 the tensor cores; timed on the H100 it changed little (notes/attention.md, 2026-11-26).
 
 The Q tile stays in shared memory for the whole key loop; P goes from the score accumulator to the value
-product's register operand without touching shared memory. The running maximum m and normaliser d are
+product's register operand without touching shared memory. O leaves through shared memory: the accumulator's
+layout gives a thread pairs of elements (32 four-byte stores a thread for a 64 x 128 tile, which held the
+tensor cores idle while they issued), so O is converted first to rows of eight elements a thread and written
+in eight 16-byte stores (round attention-o-store in the lab notebook). The running maximum m and normaliser d are
 kept in base 2 (x = s * log2 e), as the Triton kernel keeps them; O = acc / d and lse = (m + log2 d) ln 2.
 A row that sees no key ends with d = 0: O = 0 and lse = -inf.
 
@@ -63,8 +66,10 @@ WARPGROUP_M = 64  # queries a consumer warpgroup holds
 BLOCK_M = 2 * WARPGROUP_M  # queries a program holds (two consumers)
 BLOCK_N = 128  # keys a tile
 # The ring's stages come from the caller's plan (kernels/attention_choice.py: 3 at D = 64, 2 at D = 128).
-# Shared memory, two-byte elements: Q 2 x 64 x D and STAGES slots of K and V, BLOCK_N x D each: 164,176
-# bytes compiled at D = 128; a third stage there fits (229,776 of the H100's 232,448) but ran 0-9% slower.
+# Shared memory, two-byte elements: Q 2 x 64 x D and STAGES slots of K and V, BLOCK_N x D each, and the
+# 16 KB O passes through on its way to 16-byte stores: 180,320 bytes compiled at D = 128 as the plan launches
+# it (213,096 with prefetch_q's second Q buffer). A third stage fitted before that 16 KB (229,776 of the
+# H100's 232,448) but ran 0-9% slower.
 # Registers a thread: each consumer holds S (64 x 128 fp32, 64 a thread), O (64 x D fp32) and P (bf16);
 # the loader holds scalars. 4 + 4 + 1 warps occupy three warpgroups: 3 x 128 threads x 168 = 64,512 of
 # the SM's 65,536 registers, handed out as 240 to each consumer and 24 to the loader.
@@ -246,6 +251,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    # O leaves in rows of eight consecutive elements a thread (16-byte stores), not in the accumulator's pairs
+    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1], [1, 0])
     causal_offset = seq_k - seq_q
     c = 0
     i = 0
@@ -314,11 +321,12 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
         lse = gl.where(empty, -float("inf"), (m + gl.log2(d_safe)) * _LN2)
         gl.store(lse_ptr + bh.to(gl.int64) * seq_q + rows, lse, mask=rows < seq_q)
         o = o / gl.convert_layout(d_safe, gl.SliceLayout(1, o_layout))[:, None]
-        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))
-        o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))
+        o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
         o_base = o_ptr + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
         offs = o_rows.to(gl.int64)[:, None] * stride_os + o_cols[None, :]
-        gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty), mask=(o_rows < seq_q)[:, None])
+        gl.store(o_base + offs, gl.convert_layout(o.to(o_ptr.dtype.element_ty), store_layout),
+                 mask=(o_rows < seq_q)[:, None])
         c += n_tiles
         i += 1
 

@@ -26,7 +26,7 @@ def with_tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str
     """The sources of the plan's consumer, second consumer and kernel with O stored through a shared-memory
     buffer of each consumer's own by TMA (round attention-tma-epilogue); o_ptr then carries O's descriptor."""
     consumer = replace_once(consumer, "def _consumer(q_smem,", "def _consumer(o_smem, q_smem,")
-    start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))\n")
+    start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))\n")
     end = consumer.index("        c += n_tiles\n")
     consumer = consumer[:start] + (
         "        # The buffer's last copy out must be done before it is written again.\n"

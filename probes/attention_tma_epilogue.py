@@ -24,10 +24,12 @@ triton.testing.do_bench medians, the L2 flushed (GPU time). A tuning instrument,
 epilogue instruction kept, no O byte written; its output is not O): what O's stores cost at most.
 --where asks where that cost sits. Beside the plan and the knockout it times, in the same alternating rounds, the
 plan's kernel writing O into a batch-stride-0 view ("l2-resident": every batch writes the same H x S x D slab,
-8-32 MiB that stay in the L2, so O's bytes barely reach DRAM; timed only, its output is not O) and "vector-store"
-(the plan's kernel with O converted, before its store, to a layout of eight consecutive elements a thread: eight
-16-byte stores a thread instead of the accumulator layout's 32 four-byte ones; checked equal to the plan first).
-If l2-resident runs as fast as the knockout, O costs DRAM traffic; if as slow as the plan, the consumers' stores.
+8-32 MiB that stay in the L2, so O's bytes barely reach DRAM; timed only, its output is not O) and "pair-store"
+(the plan's kernel storing O straight from the accumulator's layout, pairs of elements a thread: 32 four-byte
+stores a thread instead of the plan's eight 16-byte ones; checked equal to the plan first). If l2-resident runs
+as fast as the knockout, O costs DRAM traffic; if as slow as the plan, the consumers' stores. (Round
+attention-o-store ran this mode at 784a481, before the plan took the 16-byte stores: its "vector-store" was
+today's plan and its plan today's "pair-store".)
 --interleaved times the plan and "tma" in twelve alternating rounds of short do_bench runs instead (the medians
 of the rounds), so that a clock drifting through the run, as a power-held GPU's does, favours neither.
 """
@@ -99,20 +101,16 @@ def knockout_source() -> str:
     return _with_consumer(consumer)
 
 
-def vector_store_source() -> str:
-    """The plan's kernel with O converted, before its store, to a blocked layout of eight consecutive elements a
-    thread (16-byte stores); the same values reach the same places."""
+def pair_store_source() -> str:
+    """The plan's kernel storing O straight from the accumulator's layout (pairs of elements a thread, four-byte
+    stores), as it did before it converted O to rows of eight (16-byte stores); the same values, same places."""
     consumer = inspect.getsource(AG._consumer.fn)
-    consumer = replace_once(consumer, "    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)\n",
-                        "    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)\n"
-                        "    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1],\n"
-                        "                                                  [1, 0])\n")
-    consumer = replace_once(consumer, "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))",
-                        "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))")
-    consumer = replace_once(consumer, "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))",
-                        "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))")
-    consumer = replace_once(consumer, "gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty),",
-                        "gl.store(o_base + offs, gl.convert_layout(o.to(o_ptr.dtype.element_ty), store_layout),")
+    consumer = replace_once(consumer, "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))",
+                        "o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, o_layout))")
+    consumer = replace_once(consumer, "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))",
+                        "o_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))")
+    consumer = replace_once(consumer, "gl.convert_layout(o.to(o_ptr.dtype.element_ty), store_layout),",
+                        "o.to(o_ptr.dtype.element_ty),")
     return _with_consumer(consumer)
 
 
@@ -127,8 +125,8 @@ HEADER = ("from triton.experimental import gluon\nfrom triton.experimental.gluon
           "    warpgroup_mma, warpgroup_mma_wait)\n"
           "from kernels.attention_gluon import (_LN2, _consume_tiles, _loader, _pass_turn, _query_tile,\n"
           "    _softmax_tile, _take_turn)\n")
-FORMS = {"tma": form_source, "knockout": knockout_source, "vector-store": vector_store_source}
-O_DESCRIPTOR = {"tma": True, "knockout": False, "vector-store": False}  # how each form takes O
+FORMS = {"tma": form_source, "knockout": knockout_source, "pair-store": pair_store_source}
+O_DESCRIPTOR = {"tma": True, "knockout": False, "pair-store": False}  # how each form takes O
 
 
 def load_form(folder: Path, name: str = "tma"):
@@ -209,17 +207,17 @@ def _time(fn) -> float:
 
 
 def where(out_dir: Path, result: dict) -> int:
-    """--where: the plan, the knockout, the plan's kernel writing an L2-resident O and the vector-store form, in
-    alternating rounds at the experiment's shapes, after the vector-store form is checked against the plan."""
+    """--where: the plan, the knockout, the plan's kernel writing an L2-resident O and the pair-store form, in
+    alternating rounds at the experiment's shapes, after the pair-store form is checked against the plan."""
     output = out_dir / "attention_tma_epilogue_where.json"
     result.update(shapes="checks: head dim 128, bf16, no key mask (six shapes); timed: " + SHAPES.split("timed: ")[1],
                   question="Where does writing O cost the Gluon forward: in DRAM traffic, or in its consumers' "
                   "store instructions?", clock="GPU time (the median of twelve alternating rounds of short do_bench "
                   "runs, L2 flushed; cuDNN: do_bench median of three)")
-    vector, no_store = _forms("vector-store", "knockout")
+    pairs, no_store = _forms("pair-store", "knockout")
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261128)
-    if not _checked(output, result, vector, gen, "the vector-store form", o_descriptor=False, checks=WHERE_CHECKS):
+    if not _checked(output, result, pairs, gen, "the pair-store form", o_descriptor=False, checks=WHERE_CHECKS):
         return 1
     scale = 1 / math.sqrt(HEAD_DIM)
     result["experiment"] = []
@@ -231,22 +229,22 @@ def where(out_dir: Path, result: dict) -> int:
             _launch(module, plan, q, k, v, o, lse, causal, scale, None, o_descriptor=False)
 
         o_plan = attention_fwd(q, k, v, causal, scale, plan)[0]
-        o_vector = tma_fwd(vector, plan, q, k, v, causal, scale, o_descriptor=False)[0]
-        row = {"batch": batch, "seq": seq, "causal": causal, "vector_store_equal": bool(torch.equal(o_vector, o_plan)),
+        o_pairs = tma_fwd(pairs, plan, q, k, v, causal, scale, o_descriptor=False)[0]
+        row = {"batch": batch, "seq": seq, "causal": causal, "pair_store_equal": bool(torch.equal(o_pairs, o_plan)),
                "l2_resident_slab_mib": slab[0].numel() * slab.element_size() / 2**20}
         o_other = torch.empty_like(q)
         timed = _interleaved({"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
                               "no-store": lambda: launch(no_store, o_other),
                               "l2-resident": lambda: launch(AG, slab),
-                              "vector-store": lambda: launch(vector, o_other)})
+                              "pair-store": lambda: launch(pairs, o_other)})
         row.update(timed)
         row["cudnn"] = {"us": _time(cudnn)}
-        for name in ("no-store", "l2-resident", "vector-store"):
+        for name in ("no-store", "l2-resident", "pair-store"):
             row[name]["plan_minus_us"] = row["plan"]["us"] - row[name]["us"]
         result["experiment"].append(row)
         print(json.dumps(row), flush=True)
         write_output(output, result)
-        del slab, o_other, o_plan, o_vector
+        del slab, o_other, o_plan, o_pairs
     return 0
 
 

@@ -187,7 +187,7 @@ def test_the_attention_kernel_copies_still_apply():
     import ast
 
     from probes.attention_phase_stamps import POINTS, form_source as stamped
-    from probes.attention_tma_epilogue import form_source as tma, vector_store_source as vector
+    from probes.attention_tma_epilogue import form_source as tma, pair_store_source as pairs
 
     text = stamped(4)
     ast.parse(text)
@@ -196,7 +196,7 @@ def test_the_attention_kernel_copies_still_apply():
     ast.parse(text)
     assert "tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)" in text
     assert "gl.store(o_base + offs" not in text and text.count("tma.store_wait(0)") == 2
-    text = vector()
+    text = pairs()
     ast.parse(text)
-    assert "gl.store(o_base + offs, gl.convert_layout(o.to(o_ptr.dtype.element_ty), store_layout)," in text
-    assert text.count("layout=gl.SliceLayout(0, store_layout))") == 1
+    assert "gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty),\n" in text
+    assert "gl.convert_layout(o.to(" not in text and text.count("layout=gl.SliceLayout(0, o_layout))") == 1

@@ -47,6 +47,7 @@ from kernels.attention_choice import (  # noqa: F401 (the choice's names, import
     GLUON_BWD_AUTO_MIN_LENGTH,
     GLUON_BLOCK_N,
     GLUON_EXP_SPLIT,
+    GLUON_ON_DEMAND_CAUSAL,
     GLUON_PERSISTENT,
     GLUON_PERSISTENT_UNMASKED,
     GLUON_PINGPONG,
@@ -135,6 +136,7 @@ class AttentionPlan:
     persistent: bool = False  # Gluon forward: one program an SM walks query tiles (causal: longest first)
     prefetch_q: bool = True  # Gluon forward, persistent: a second Q buffer, the next tile's Q loading early
     exp_split: bool = False  # Gluon forward: half the unmasked tiles' exponentials on the FMA pipe
+    on_demand: bool = False  # Gluon forward, persistent: each program takes its next query tile from a counter
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -157,9 +159,11 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
                         "dtypes are float16, bfloat16.")
     if direction == "forward" and impl == "gluon":
         one_q = GLUON_PERSISTENT_UNMASKED and not causal and not GLUON_PERSISTENT
+        on_demand = GLUON_ON_DEMAND_CAUSAL and causal
         return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
                              warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG,
-                             persistent=GLUON_PERSISTENT or one_q, prefetch_q=not one_q, exp_split=GLUON_EXP_SPLIT)
+                             persistent=GLUON_PERSISTENT or one_q or on_demand, prefetch_q=not one_q,
+                             exp_split=GLUON_EXP_SPLIT, on_demand=on_demand)
     if direction == "backward_kv" and impl == "gluon":  # kernels/attention_bwd_gluon.py's fixed tiles
         return AttentionPlan(direction, 64, 128, 12, 2, tma=True, warp_specialize=True, impl="gluon")
     if direction == "backward_q" and impl == "gluon":  # kernels/attention_bwd_q_gluon.py's fixed tiles
@@ -187,13 +191,13 @@ def _descriptors_fit(*tensors: torch.Tensor) -> bool:
     return _tma_fits(*tensors) and all(s > 0 for t in tensors for s in t.stride())
 
 
-def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, impl: str | None = None) -> str:
+def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, impl: str | None = None) -> str:
     """choose_forward_impl's answer for these tensors on their device."""
     impl = default_impl() if impl is None else impl
     if impl == "triton":
         return "triton"
     return choose_forward_impl(impl, _capability(q.device), gluon_imports(), q.shape[-1], q.dtype,
-                               _descriptors_fit(q, k, v), interpreter_enabled(), q.shape[2], k.shape[2])
+                               _descriptors_fit(q, k, v), interpreter_enabled(), q.shape[2], k.shape[2], causal)
 
 
 def plan_forward_on(device, seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
@@ -203,7 +207,8 @@ def plan_forward_on(device, seq_q: int, head_dim: int, dtype: torch.dtype, causa
     impl = default_impl() if impl is None else impl
     seq_k = seq_q if seq_k is None else seq_k
     chosen = "triton" if impl == "triton" else choose_forward_impl(
-        impl, _capability(device), gluon_imports(), head_dim, dtype, True, interpreter_enabled(), seq_q, seq_k)
+        impl, _capability(device), gluon_imports(), head_dim, dtype, True, interpreter_enabled(), seq_q, seq_k,
+        causal)
     return plan_attention(seq_q, head_dim, dtype, causal, "forward", seq_k, impl=chosen)
 
 
@@ -280,7 +285,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     """
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
-    plan = plan or plan_attention(seq_q, head_dim, q.dtype, causal, seq_k=seq_k, impl=forward_impl(q, k, v, impl))
+    plan = plan or plan_attention(seq_q, head_dim, q.dtype, causal, seq_k=seq_k, impl=forward_impl(q, k, v, causal, impl))
     o = torch.empty((batch, n_heads, seq_q, head_dim), dtype=q.dtype, device=q.device) if out is None else out
     lse = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
     if not lse.is_contiguous():
@@ -295,7 +300,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         from kernels.attention_gluon import attention_fwd_gluon
 
         attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong,
-                            plan.persistent, plan.exp_split, plan.prefetch_q)
+                            plan.persistent, plan.exp_split, plan.prefetch_q, plan.on_demand)
         return o, lse
     use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None

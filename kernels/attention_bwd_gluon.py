@@ -24,7 +24,9 @@ take lse = +inf (P = 0); keys past seq_k come in as zeros and their rows are not
 has lse = -inf: the causal mask or the key mask hides every pair of it, so it adds nothing.
 
 Registers a consumer thread: dK and dV (64 x D fp32 each, 2 x 64 at D = 128), S^T and dP^T (64 x 64 fp32,
-32 each) and P^T, dS^T in 16-bit. Gluon kernels compile for the GPU only (no interpreter).
+32 each) and P^T, dS^T in 16-bit. dK and dV leave through shared memory, converted from the accumulator's
+layout (pairs of elements a thread, four-byte stores) to rows of eight elements a thread, in 16-byte stores, as
+the forward's O does. Gluon kernels compile for the GPU only (no interpreter).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, kv_bar, ready, free, lse_ptr,
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1], [1, 0])
     n_blocks_n = gl.cdiv(seq_k, 2 * wg_n)
     start_n = gl.program_id(0) % n_blocks_n * (2 * wg_n)
     bh_kv = gl.program_id(0) // n_blocks_n
@@ -160,15 +163,15 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, kv_bar, ready, free, lse_ptr,
             mbarrier.arrive(free.index(slot))
             it += 1
 
-    rows_n = start_n + WG * wg_n + gl.arange(0, wg_n, layout=gl.SliceLayout(1, acc_layout))
-    d_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    rows_n = start_n + WG * wg_n + gl.arange(0, wg_n, layout=gl.SliceLayout(1, store_layout))
+    d_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
     keep = (rows_n < seq_k)[:, None]
     dk_base = dk_ptr + b.to(gl.int64) * stride_dkb + h_kv.to(gl.int64) * stride_dkh
     gl.store(dk_base + rows_n.to(gl.int64)[:, None] * stride_dks + d_cols[None, :],
-             (dk * scale).to(dk_ptr.dtype.element_ty), mask=keep)
+             gl.convert_layout((dk * scale).to(dk_ptr.dtype.element_ty), store_layout), mask=keep)
     dv_base = dv_ptr + b.to(gl.int64) * stride_dvb + h_kv.to(gl.int64) * stride_dvh
-    gl.store(dv_base + rows_n.to(gl.int64)[:, None] * stride_dvs + d_cols[None, :], dv.to(dv_ptr.dtype.element_ty),
-             mask=keep)
+    gl.store(dv_base + rows_n.to(gl.int64)[:, None] * stride_dvs + d_cols[None, :],
+             gl.convert_layout(dv.to(dv_ptr.dtype.element_ty), store_layout), mask=keep)
 
 
 @gluon.jit

@@ -14,7 +14,8 @@ cores, compute P while dP is in flight, then dS and dQ += dS K_j with dS as the 
 Here the rows are queries, so lse and delta are per-row values (two a thread), and the accumulators are dQ
 (64 x D fp32) and the two 64 x 64 score tiles. Which pairs count is the Triton kernel's rule (keys below seq_k,
 the causal limit, the key mask); a row that sees no key has lse = -inf and the masks hide each of its pairs, so
-its dQ is 0; rows past seq_q take lse = +inf and are not stored.
+its dQ is 0; rows past seq_q take lse = +inf and are not stored. dQ leaves converted to rows of eight elements a
+thread (16-byte stores), as dK, dV and the forward's O do.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, q_bar, ready, free, lse_ptr, d
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1], [1, 0])
     b, h, bh, start_m, n_tiles = _block(seq_q, seq_k, n_heads, CAUSAL, 2 * wg_m, block_n)
     rows = start_m + WG * wg_m + gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
     row_in = rows < seq_q
@@ -129,11 +131,12 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, q_bar, ready, free, lse_ptr, d
         dq, ds = warpgroup_mma_wait(0, deps=(dq_acc, ds))
         mbarrier.arrive(free.index(slot))
 
-    o_rows = start_m + WG * wg_m + gl.arange(0, wg_m, layout=gl.SliceLayout(1, acc_layout))
-    d_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    o_rows = start_m + WG * wg_m + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))
+    d_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
     dq_base = dq_ptr + b.to(gl.int64) * stride_dqb + h.to(gl.int64) * stride_dqh
     gl.store(dq_base + o_rows.to(gl.int64)[:, None] * stride_dqs + d_cols[None, :],
-             (dq * scale).to(dq_ptr.dtype.element_ty), mask=(o_rows < seq_q)[:, None])
+             gl.convert_layout((dq * scale).to(dq_ptr.dtype.element_ty), store_layout),
+             mask=(o_rows < seq_q)[:, None])
 
 
 @gluon.jit

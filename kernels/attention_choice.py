@@ -40,15 +40,25 @@ GLUON_PERSISTENT = False
 # S = 2,048 / 4,096 / 8,192 against the plan's 0.899 / 0.960 / 0.975; H200: 6% and 3% faster than the plan at
 # 2,048 and 4,096 keys. With the causal mask it was not faster (tiles of unequal length in a fixed order).
 GLUON_PERSISTENT_UNMASKED = True
+# With the causal mask, the persistent grid with two Q buffers and tiles handed out on demand: each program takes
+# the next query tile (in the plan's order, longest first within a head) from a counter when its loader is ready
+# for one, so programs stay balanced over tiles of unequal length as the hardware's hand-out of one program a
+# tile keeps them, without a cold start a tile (round attention-causal-dynamic, notes/attention.md, 2026-11-28).
+# H100 (GPU time, head dim 128, bf16, twelve alternating rounds): 1.048 / 1.104 / 1.080 / 1.050x the plan of one
+# program a tile at S = 1,024 / 2,048 / 4,096 / 8,192; 1.031 / 1.049 / 1.076x cuDNN from 2,048 keys on.
+GLUON_ON_DEMAND_CAUSAL = True
 # Half of each unmasked tile's exponentials computed on the FMA pipe (a degree-4 polynomial and an exponent add)
 # instead of the MUFU: at head dim 64 the MUFU's 16 a clock an SM take as long as the tile's products. Read
 # offline (compiled for sm_90a, head dim 64, one unmasked tile a warpgroup thread): MUFU 66 -> 34, FP32 pipe
 # 168 -> 392, no spills, no shuffles. Timed on the H100 (2026-11-27): 9-21% slower than the plan at every point.
 GLUON_EXP_SPLIT = False
-# Where "auto" takes the Gluon forward once it can run (measured on the H100, bf16, notes/attention.md,
-# 2026-11-26): head dim -> the fewest keys. At head dim 128 it ran 1.05-1.29x the Triton forward from 2,048
-# keys on, causal and not, and 0.93-1.09x at 1,024; at head dim 64 0.79-0.97x at every point: not taken.
-GLUON_AUTO_MIN_KEYS = {128: 2048}
+# Where "auto" takes the Gluon forward once it can run: (head dim, causal) -> the fewest keys; none listed, never.
+# Measured on the H100 (bf16, GPU time) with O in 16-byte stores and the persistent grid without the mask
+# (round attention-short-keys, notes/attention.md, 2026-11-28), Gluon against the Triton forward at 512 / 1,024 /
+# 2,048 keys: head dim 128 1.24 / 1.29 / 1.33x without the mask, 0.88 / 0.99 / 1.12x causal (one program a tile;
+# tiles on demand ran 1.05x that at 1,024 keys, not enough to call); head dim 64 0.72 / 1.06 / 1.07x without the
+# mask, 0.73 / 0.83 / 0.96x causal. Below 512 keys: not timed, the Triton forward.
+GLUON_AUTO_MIN_KEYS = {(128, False): 512, (128, True): 2048, (64, False): 1024}
 # Where "auto" takes the Gluon backward (kernels/attention_bwd_gluon.py's dK/dV and attention_bwd_q_gluon.py's
 # dQ) once it can run: the fewest queries and keys. Measured on the H100 (bf16, notes/attention.md,
 # 2026-11-27): the whole backward (delta, dK/dV, dQ) ran 1.10-1.20x the Triton backward at every point timed,
@@ -83,14 +93,14 @@ def gluon_forward_refusal(capability: tuple[int, int] | None, gluon_imports: boo
     return None
 
 
-def gluon_preferred(head_dim: int, seq_q: int, seq_k: int) -> bool:
+def gluon_preferred(head_dim: int, seq_q: int, seq_k: int, causal: bool) -> bool:
     """Whether "auto" takes the Gluon forward for these sizes where it can run (GLUON_AUTO_MIN_KEYS)."""
-    return seq_q > GLUON_MAX_SHORT_QUERIES and seq_k >= GLUON_AUTO_MIN_KEYS.get(head_dim, math.inf)
+    return seq_q > GLUON_MAX_SHORT_QUERIES and seq_k >= GLUON_AUTO_MIN_KEYS.get((head_dim, bool(causal)), math.inf)
 
 
 def choose_forward_impl(impl: str, capability: tuple[int, int] | None, gluon_imports: bool, head_dim: int,
                         dtype: torch.dtype, descriptors_fit: bool, interpreter: bool, seq_q: int,
-                        seq_k: int) -> str:
+                        seq_k: int, causal: bool) -> str:
     """"triton" or "gluon", the forward kernel that runs. "auto": Gluon where it can run and is preferred
     (gluon_preferred), else Triton; "triton": always Triton; "gluon": Gluon, or ValueError naming why it
     cannot run."""
@@ -101,7 +111,7 @@ def choose_forward_impl(impl: str, capability: tuple[int, int] | None, gluon_imp
     refusal = gluon_forward_refusal(capability, gluon_imports, head_dim, dtype, descriptors_fit, interpreter)
     if impl == "gluon" and refusal is not None:
         raise ValueError(f"attention: impl='gluon' cannot run here: {refusal}.")
-    if refusal is None and (impl == "gluon" or gluon_preferred(head_dim, seq_q, seq_k)):
+    if refusal is None and (impl == "gluon" or gluon_preferred(head_dim, seq_q, seq_k, causal)):
         return "gluon"
     return "triton"
 

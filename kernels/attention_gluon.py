@@ -17,6 +17,14 @@ Its warps are split into three partitions (gl.warp_specialize):
   while the tensor cores still work on tile j - 1. A consumer frees K_j as soon as S_j is in its registers
   and V_{j-1} once its product is done; each free barrier counts both consumers.
 
+Which query tiles a program takes (kernels/attention_choice.py plans it by the mask): one, the grid holding
+one program a tile (the hardware hands programs out in order as SMs free up); or, on the persistent grid of one
+program an SM, tiles pid, pid + grid, ... (without the causal mask, where tiles are of one length); or, causal,
+whichever tile comes next from a counter in global memory when the program's loader is ready for one (ON_DEMAND,
+an atomic add), so tiles of unequal length balance over SMs as the hardware's order balances them, with the next
+tile's Q in a second buffer. The loader writes each tile's index beside the Q buffer it fills; the consumers read
+it once that Q has landed, and the first index past the last tile ends them.
+
 PINGPONG (a plan option, off in the lab's plan): the two consumers also issue their products in turns,
 consumer 0, then 1, then 0 (two more mbarriers), so one's exponentials run while the other's products hold
 the tensor cores; timed on the H100 it changed little (notes/attention.md, 2026-11-26).
@@ -68,8 +76,8 @@ BLOCK_N = 128  # keys a tile
 # The ring's stages come from the caller's plan (kernels/attention_choice.py: 3 at D = 64, 2 at D = 128).
 # Shared memory, two-byte elements: Q 2 x 64 x D and STAGES slots of K and V, BLOCK_N x D each, and the
 # 16 KB O passes through on its way to 16-byte stores: 180,320 bytes compiled at D = 128 as the plan launches
-# it (213,096 with prefetch_q's second Q buffer). A third stage fitted before that 16 KB (229,776 of the
-# H100's 232,448) but ran 0-9% slower.
+# it without the causal mask (213,124 with it: a second Q buffer and the tile indices beside them). A third
+# stage fitted before that 16 KB (229,776 of the H100's 232,448) but ran 0-9% slower.
 # Registers a thread: each consumer holds S (64 x 128 fp32, 64 a thread), O (64 x D fp32) and P (bf16);
 # the loader holds scalars. 4 + 4 + 1 warps occupy three warpgroups: 3 x 128 threads x 168 = 64,512 of
 # the SM's 65,536 registers, handed out as 240 to each consumer and 24 to the loader.
@@ -97,22 +105,31 @@ def _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, BLOCK_N: gl.constexpr, blo
 
 
 @gluon.jit
-def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
-            seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-            CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr):
+def _loader(tile_smem, counter_ptr, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free,
+            v_ready, v_free, seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N: gl.constexpr,
+            STAGES: gl.constexpr, CAUSAL: gl.constexpr, Q_BUFFERS: gl.constexpr, ON_DEMAND: gl.constexpr):
     # For each query tile of the program: its Q halves once the consumers are done with the last tile's
     # (q_free), then K_j and V_j into ring slot c % STAGES once the consumers have freed it; c counts key
     # tiles over the program's whole life, so the ring runs on across query tiles and the next tile's first
     # loads land while the consumers finish the last one. mbarriers start as if their phase 1 had completed,
-    # so the first pass over the ring does not wait.
+    # so the first pass over the ring does not wait. ON_DEMAND: the program's next tile is the counter's next
+    # value (an atomic add), written beside the Q buffer it fills for the consumers to read once its Q lands;
+    # the first value past the last tile, written the same way, ends them.
     wg_m: gl.constexpr = q_desc.block_type.shape[2]
+    total = n_blocks_m * n_bh
     c = 0
     i = 0
-    for t in range(gl.program_id(0), n_blocks_m * n_bh, gl.num_programs(0)):
+    if ON_DEMAND:
+        t = gl.atomic_add(counter_ptr, 1)
+    else:
+        t = gl.program_id(0)
+    while t < total:
         b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, BLOCK_N, 2 * wg_m, CAUSAL)
         h_kv = h // group
         qb = i % Q_BUFFERS
         mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+        if ON_DEMAND:
+            tile_smem.index(qb).store(gl.full([1], t, gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
         mbarrier.expect(q_bar.index(qb), 2 * q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m, 0], q_bar.index(qb), q_smem.index(2 * qb))
         tma.async_copy_global_to_shared(q_desc, [b, h, start_m + wg_m, 0], q_bar.index(qb), q_smem.index(2 * qb + 1))
@@ -129,6 +146,15 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_rea
                                             v_smem.index(slot))
             c += 1
         i += 1
+        if ON_DEMAND:
+            t = gl.atomic_add(counter_ptr, 1)
+        else:
+            t += gl.num_programs(0)
+    if ON_DEMAND:
+        qb = i % Q_BUFFERS
+        mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+        tile_smem.index(qb).store(gl.full([1], t, gl.int32, gl.BlockedLayout([1], [32], [1], [0])))
+        mbarrier.arrive(q_bar.index(qb))
 
 
 # 2^f on [-1/2, 1/2], degree 4, fitted to the relative error (at most 2.7e-6, against bf16's 3.9e-3 and the
@@ -238,11 +264,11 @@ def _consume_tiles(o, p_prev, m, d, q_view, k_smem, v_smem, k_ready, k_free, v_r
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+def _consumer(tile_smem, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
               seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
               stride_mk, WG: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-              EXP_SPLIT: gl.constexpr):
+              EXP_SPLIT: gl.constexpr, ON_DEMAND: gl.constexpr):
     # Warpgroup WG's 64 queries of each query tile the program takes, against every key tile they may see;
     # writes their O rows and lse. c: key tiles consumed so far (the loader's ring position).
     wg_m: gl.constexpr = q_smem.shape[3]
@@ -253,10 +279,19 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     # O leaves in rows of eight consecutive elements a thread (16-byte stores), not in the accumulator's pairs
     store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1], [1, 0])
+    # ON_DEMAND: the tile's index comes with its Q (the loader writes it beside the buffer), so the consumers
+    # wait for each Q before they know the tile.
+    tile_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     causal_offset = seq_k - seq_q
+    total = n_blocks_m * n_bh
     c = 0
     i = 0
-    for t in range(gl.program_id(0), n_blocks_m * n_bh, gl.num_programs(0)):
+    if ON_DEMAND:
+        mbarrier.wait(q_bar.index(0), 0)
+        t = gl.max(tile_smem.index(0).load(tile_layout), axis=0)
+    else:
+        t = gl.program_id(0)
+    while t < total:
         b, h, bh, start_m, n_tiles = _query_tile(t, seq_q, seq_k, n_heads, n_blocks_m, BLOCK_N, 2 * wg_m, CAUSAL)
         row0 = start_m + WG * wg_m
         rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, s_layout))
@@ -278,7 +313,8 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
         # Tile 0, always through the masked softmax: S_0 alone, then its P waits for the loop's first V product.
         qb = i % Q_BUFFERS
         q_view = q_smem.index(2 * qb + WG).reshape([wg_m, HEAD_DIM])
-        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)
+        if not ON_DEMAND:
+            mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)
         mbarrier.wait(k_ready.index(c % STAGES), (c // STAGES) & 1)
         k_t = k_smem.index(c % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         _take_turn(turn, 0, WG, PINGPONG)
@@ -329,34 +365,41 @@ def _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v
                  mask=(o_rows < seq_q)[:, None])
         c += n_tiles
         i += 1
+        if ON_DEMAND:
+            mbarrier.wait(q_bar.index(i % Q_BUFFERS), (i // Q_BUFFERS) & 1)
+            t = gl.max(tile_smem.index(i % Q_BUFFERS).load(tile_layout), axis=0)
+        else:
+            t += gl.num_programs(0)
 
 
 @gluon.jit
-def _consumer_1(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+def _consumer_1(tile_smem, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
                 mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
                 stride_mb, stride_mk, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-              EXP_SPLIT: gl.constexpr):
-    _consumer(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
+                EXP_SPLIT: gl.constexpr, ON_DEMAND: gl.constexpr):
+    _consumer(tile_smem, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr, mask_ptr,
               seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb,
-              stride_mk, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS, EXP_SPLIT)
+              stride_mk, 1, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS, EXP_SPLIT, ON_DEMAND)
 
 
 @gluon.jit
 def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq_k, n_heads, group,
-                                n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk,
+                                n_bh, qk_scale, stride_ob, stride_oh, stride_os, stride_mb, stride_mk, counter_ptr,
                                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                                 CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, PINGPONG: gl.constexpr,
-                                PERSISTENT: gl.constexpr, EXP_SPLIT: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                                LOADER_REGS: gl.constexpr):
-    # Query tiles of 2 x 64 queries of one (batch, head): tile pid alone, or, PERSISTENT, tiles pid, pid +
-    # grid, ... (_query_tile orders them).
+                                PERSISTENT: gl.constexpr, EXP_SPLIT: gl.constexpr, ON_DEMAND: gl.constexpr,
+                                CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    # Query tiles of 2 x 64 queries of one (batch, head): tile pid alone, or tiles pid, pid + grid, ..., or,
+    # ON_DEMAND, whichever tile the int32 at counter_ptr (zero at launch) hands out next, in the order of the
+    # tile indices (_query_tile orders them). counter_ptr is read only ON_DEMAND.
     wg_m: gl.constexpr = q_desc.block_type.shape[2]
     n_blocks_m = gl.cdiv(seq_q, 2 * wg_m)
     # A persistent program double-buffers its Q tile: the next tile's Q lands while this one's is in use.
     Q_BUFFERS: gl.constexpr = 2 if PERSISTENT else 1
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape, q_desc.layout)
+    tile_smem = gl.allocate_shared_memory(gl.int32, [Q_BUFFERS, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
@@ -379,16 +422,17 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+        (_consumer, (tile_smem, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
                      mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
                      stride_mb, stride_mk, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS,
-                     EXP_SPLIT)),
-        (_consumer_1, (q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
+                     EXP_SPLIT, ON_DEMAND)),
+        (_consumer_1, (tile_smem, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free, turn, o_ptr, lse_ptr,
                        mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob, stride_oh, stride_os,
                        stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, KEY_MASK, PINGPONG, Q_BUFFERS,
-                       EXP_SPLIT)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
-                   seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS)),
+                       EXP_SPLIT, ON_DEMAND)),
+        (_loader, (tile_smem, counter_ptr, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready,
+                   k_free, v_ready, v_free, seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL,
+                   Q_BUFFERS, ON_DEMAND)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -397,21 +441,24 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
 # --------------------------------------------------------------------------------------------------------
 
 def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None, pingpong: bool = False,
-                persistent_programs: int | None = None, exp_split: bool = False, prefetch_q: bool = True) -> tuple:
+                persistent_programs: int | None = None, exp_split: bool = False, prefetch_q: bool = True,
+                counter=None) -> tuple:
     """(grid, positional args, meta) of one launch; the tensors may live on the 'meta' device (shapes and
     strides only), which is how the CPU compiles the kernel for sm_90 without a GPU. persistent_programs:
-    None, one program a query tile; else at most that many programs, each taking every grid-th tile, with a
-    second Q buffer unless prefetch_q is False (the kernel's PERSISTENT flag chooses the buffers alone)."""
+    None, one program a query tile; else at most that many programs, each taking every grid-th tile, or, with a
+    counter (one int32, zero, on q's device), the tile the counter hands out next; a second Q buffer unless
+    prefetch_q is False (the kernel's PERSISTENT flag chooses the buffers alone)."""
+    if counter is not None and persistent_programs is None:
+        raise ValueError("attention: tiles handed out by a counter need the persistent grid.")
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
     mask, stride_mb, stride_mk = key_mask_args(key_mask)
     args = (descriptor(q, WARPGROUP_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), o, lse, mask, seq_q, seq_k,
             n_heads, n_heads // n_kv_heads, batch * n_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
-            stride_mb, stride_mk)
+            stride_mb, stride_mk, lse if counter is None else counter)  # lse: a pointer the kernel never reads
     meta = dict(HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal, KEY_MASK=key_mask is not None,
                 PINGPONG=pingpong, PERSISTENT=persistent_programs is not None and prefetch_q, EXP_SPLIT=exp_split,
-                CONSUMER_REGS=CONSUMER_REGS,
-                LOADER_REGS=LOADER_REGS)
+                ON_DEMAND=counter is not None, CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
     tiles = triton.cdiv(seq_q, BLOCK_M) * batch * n_heads
     grid = (tiles if persistent_programs is None else max(1, min(tiles, persistent_programs)),)
     return grid, args, meta
@@ -424,26 +471,32 @@ def _sm_count(device_index: int) -> int:
 
 def attention_fwd_gluon(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
                         pingpong: bool = False, persistent: bool = False, exp_split: bool = False,
-                        prefetch_q: bool = True) -> None:
+                        prefetch_q: bool = True, on_demand: bool = False) -> None:
     """Writes O into o and lse (fp32, natural log) into lse; q, k, v (batch, heads, seq, head_dim) with
     16-byte aligned bases and strides and a unit last stride; seq_q, seq_k >= 1 (the caller handles empty
     shapes). persistent: one program an SM (a program fills one: its registers), each walking query tiles, the
-    next tile's Q in a second buffer unless prefetch_q is False."""
+    next tile's Q in a second buffer unless prefetch_q is False; on_demand (persistent only): each program takes
+    the next tile from a counter, zeroed for this launch alone (a launch of its own, so launches on other streams
+    or in CUDA graphs never share one)."""
+    if on_demand and not persistent:
+        raise ValueError("attention: on_demand hands tiles out on the persistent grid; it needs persistent=True.")
     programs = _sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()) \
         if persistent else None
+    counter = torch.zeros(1, dtype=torch.int32, device=q.device) if on_demand else None
     grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong, programs, exp_split,
-                                   prefetch_q)
+                                   prefetch_q, counter)
     _attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int,
                      pingpong: bool = False, persistent: bool = False, exp_split: bool = False,
-                     prefetch_q: bool = True):
+                     prefetch_q: bool = True, on_demand: bool = False):
     """The kernel compiled for sm_90 from shapes alone (no GPU: the CPU can check it builds, its registers
     and its shared memory)."""
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
+    counter = torch.empty(1, dtype=torch.int32, device="meta") if on_demand else None
     _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong,
-                                132 if persistent else None, exp_split, prefetch_q)
+                                132 if persistent or on_demand else None, exp_split, prefetch_q, counter)
     return compile_kernel_for_sm90(_attention_fwd_gluon_kernel, args, meta, NUM_WARPS, MAXNREG)

@@ -25,7 +25,7 @@ def replace_once(text: str, old: str, new: str, where: str = "kernels/attention_
 def with_tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str, str]:
     """The sources of the plan's consumer, second consumer and kernel with O stored through a shared-memory
     buffer of each consumer's own by TMA (round attention-tma-epilogue); o_ptr then carries O's descriptor."""
-    consumer = replace_once(consumer, "def _consumer(q_smem,", "def _consumer(o_smem, q_smem,")
+    consumer = replace_once(consumer, "def _consumer(tile_smem, q_smem,", "def _consumer(o_smem, tile_smem, q_smem,")
     start = consumer.index("        o_rows = row0 + gl.arange(0, wg_m, layout=gl.SliceLayout(1, store_layout))\n")
     end = consumer.index("        c += n_tiles\n")
     consumer = consumer[:start] + (
@@ -36,13 +36,13 @@ def with_tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str
         "        fence_async_shared()\n"
         "        tma.async_copy_shared_to_global(o_ptr, [b, h, row0, 0], o_view)\n") + consumer[end:]
     consumer = consumer.rstrip("\n") + "\n    tma.store_wait(0)\n"
-    second = replace_once(second, "def _consumer_1(q_smem,", "def _consumer_1(o_smem, q_smem,")
-    second = replace_once(second, "    _consumer(q_smem,", "    _consumer(o_smem, q_smem,")
+    second = replace_once(second, "def _consumer_1(tile_smem, q_smem,", "def _consumer_1(o_smem, tile_smem, q_smem,")
+    second = replace_once(second, "    _consumer(tile_smem, q_smem,", "    _consumer(o_smem, tile_smem, q_smem,")
     kernel = replace_once(kernel, "    k_smem = gl.allocate_shared_memory(",
                           "    o_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)\n"
                           "    k_smem = gl.allocate_shared_memory(")
-    kernel = replace_once(kernel, "(_consumer, (q_smem,", "(_consumer, (o_smem, q_smem,")
-    kernel = replace_once(kernel, "(_consumer_1, (q_smem,", "(_consumer_1, (o_smem, q_smem,")
+    kernel = replace_once(kernel, "(_consumer, (tile_smem, q_smem,", "(_consumer, (o_smem, tile_smem, q_smem,")
+    kernel = replace_once(kernel, "(_consumer_1, (tile_smem, q_smem,", "(_consumer_1, (o_smem, tile_smem, q_smem,")
     return consumer, second, kernel
 
 

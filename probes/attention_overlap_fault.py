@@ -180,8 +180,9 @@ def form_source(name: str) -> str:
     elif name in ("lockstep", "swap"):  # a loader of the form's own, after the imports
         loader = inspect.getsource(AG._loader.fn)
         if name == "lockstep":
-            loader = _replace(loader, "        mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)\n",
-                              "        mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)\n"
+            wait = "        h_kv = h // group\n        qb = i % Q_BUFFERS\n" \
+                   "        mbarrier.wait(q_free.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)\n"
+            loader = _replace(loader, wait, wait +
                               "        if i > 0:\n"
                               "            mbarrier.wait(q_free.index((i - 1) % Q_BUFFERS), ((i - 1) // Q_BUFFERS) & 1)\n")
         else:

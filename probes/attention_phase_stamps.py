@@ -106,8 +106,8 @@ def form_source(max_turns: int, tma_epilogue: bool = False) -> str:
         return f"        _stamp(mask_ptr, i, WG, {k}, {max_turns}, {COLUMNS}, {k in (0, POINTS - 1)})\n"
 
     consumer = replace_once(consumer, "        qb = i % Q_BUFFERS\n", at(0) + "        qb = i % Q_BUFFERS\n")
-    consumer = replace_once(consumer, "        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)\n",
-                        "        mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)\n" + at(1))
+    q_wait = "        if not ON_DEMAND:\n            mbarrier.wait(q_bar.index(qb), (i // Q_BUFFERS) & 1)\n"
+    consumer = replace_once(consumer, q_wait, q_wait + at(1))
     consumer = replace_once(consumer, "        mbarrier.arrive(k_free.index(c % STAGES))\n",
                         "        mbarrier.arrive(k_free.index(c % STAGES))\n" + at(2))
     consumer = replace_once(consumer, "        mid = gl.maximum(n_full, 1)\n", at(3) + "        mid = gl.maximum(n_full, 1)\n")

@@ -232,16 +232,19 @@ def _overlap_consumer_1(q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, 
 
 @gluon.jit
 def _overlap_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq_k, n_heads, group, n_bh, qk_scale,
-                    stride_ob, stride_oh, stride_os, stride_mb, stride_mk, HEAD_DIM: gl.constexpr,
+                    stride_ob, stride_oh, stride_os, stride_mb, stride_mk, counter_ptr, HEAD_DIM: gl.constexpr,
                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr,
                     PINGPONG: gl.constexpr, PERSISTENT: gl.constexpr, EXP_SPLIT: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr):
+                    ON_DEMAND: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr,
+                    Q_BUFFERS: gl.constexpr):
     # The persistent kernel of kernels/attention_gluon.py (the same ring and loader; one or two Q buffers) with the
-    # overlapping consumers; PINGPONG and EXP_SPLIT are not taken (the plan has neither).
+    # overlapping consumers; PINGPONG, EXP_SPLIT and ON_DEMAND are not taken (launched without a counter, the
+    # loader walks tiles pid, pid + grid, ...).
     wg_m: gl.constexpr = q_desc.block_type.shape[2]
     n_blocks_m = gl.cdiv(seq_q, 2 * wg_m)
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape, q_desc.layout)
+    tile_smem = gl.allocate_shared_memory(gl.int32, [Q_BUFFERS, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
@@ -272,8 +275,9 @@ def _overlap_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr, seq_q, seq
                                lse_ptr, mask_ptr, seq_q, seq_k, n_heads, n_blocks_m, n_bh, qk_scale, stride_ob,
                                stride_oh, stride_os, stride_mb, stride_mk, HEAD_DIM, BLOCK_N, STAGES, CAUSAL,
                                KEY_MASK, Q_BUFFERS)),
-        (_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready, k_free, v_ready, v_free,
-                   seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL, Q_BUFFERS)),
+        (_loader, (tile_smem, counter_ptr, q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, q_free, k_ready,
+                   k_free, v_ready, v_free, seq_q, seq_k, n_heads, group, n_blocks_m, n_bh, BLOCK_N, STAGES, CAUSAL,
+                   Q_BUFFERS, ON_DEMAND)),
     ], [4, 1], [CONSUMER_REGS, LOADER_REGS])
 
 

@@ -101,18 +101,19 @@ def test_gradients_through_the_triton_backward(dtype, causal, gen):
 
 
 @gpu
-@pytest.mark.parametrize("prefetch_q", [True, False])
+@pytest.mark.parametrize("prefetch_q,on_demand", [(True, False), (False, False), (True, True), (False, True)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [(4, 8, 2, 2049, 2049, 128), (3, 16, 4, 1500, 1700, 64), (8, 8, 8, 777, 300, 128)],
                          ids=str)
-def test_the_persistent_grid(shape, causal, prefetch_q, gen):
+def test_the_persistent_grid(shape, causal, prefetch_q, on_demand, gen):
     # More query tiles than the GPU has SMs: each program walks several (causal ones of different lengths),
     # carrying its K/V ring and Q barrier phases from one tile to the next; then a key mask over many tiles.
-    # With one Q buffer (prefetch_q False) the next tile's Q waits for both consumers to finish the last.
+    # With one Q buffer (prefetch_q False) the next tile's Q waits for both consumers to finish the last; on
+    # demand, each program takes its next tile from a counter.
     from dataclasses import replace
 
     plan = replace(plan_attention(shape[3], shape[-1], torch.bfloat16, causal, impl="gluon"), persistent=True,
-                   prefetch_q=prefetch_q)
+                   prefetch_q=prefetch_q, on_demand=on_demand)
     q, k, v = _inputs(shape, torch.bfloat16, "cuda", gen)
     assert 2 * torch.cuda.get_device_properties(0).multi_processor_count < (shape[3] + 127) // 128 * shape[0] * shape[1]
     o = torch.full_like(q, math.nan)
@@ -191,6 +192,78 @@ def test_exponentials_split_between_the_mufu_and_the_fma_pipe(shape, dtype, caus
     _check_forward(o, lse, q, k, v, causal)
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", [(2, 4, 4, 1000, 1500, 128), (1, 8, 2, 777, 777, 64), (3, 4, 4, 1500, 900, 128),
+                                   (1, 3, 3, 33, 5000, 128), (1, 2, 2, 130, 128, 128), (16, 16, 16, 1024, 1024, 128)],
+                         ids=str)
+@gpu
+def test_tiles_on_demand_equal_one_program_a_tile(shape, causal, gen):
+    # The tiles' order changes which SM runs a tile, never a tile's arithmetic: O and lse equal the one-program-
+    # a-tile launch's bit for bit, launch after launch (each zeroes its own counter), with and without a key mask.
+    from dataclasses import replace
+
+    q, k, v = _inputs(shape, torch.bfloat16, "cuda", gen)
+    scale = 1 / math.sqrt(shape[-1])
+    base = plan_attention(shape[3], shape[-1], torch.bfloat16, causal, seq_k=shape[4], impl="gluon")
+    one = replace(base, persistent=False, prefetch_q=True, on_demand=False)
+    dyn = replace(base, persistent=True, prefetch_q=True, on_demand=True)
+    mask = (torch.rand(shape[0], shape[4], generator=gen) > 0.3).cuda()
+    for key_mask in (None, mask):
+        o_one, lse_one = attention_fwd(q, k, v, causal, scale, one, key_mask=key_mask)
+        for _ in range(3):
+            o = torch.full_like(q, math.nan)
+            lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=q.device)
+            attention_fwd(q, k, v, causal, scale, dyn, out=o, lse=lse, key_mask=key_mask)
+            assert torch.equal(o, o_one) and torch.equal(lse, lse_one)
+
+
+@gpu
+def test_tiles_on_demand_on_two_streams_and_in_a_cuda_graph(gen):
+    # Each launch zeroes a counter of its own: launches on two streams at once do not take each other's tiles,
+    # and a captured launch replays with its counter zeroed again.
+    from dataclasses import replace
+
+    shape = (4, 16, 16, 2048, 2048, 128)
+    plan = replace(plan_attention(2048, 128, torch.bfloat16, True, impl="gluon"), persistent=True, on_demand=True)
+    inputs = [_inputs(shape, torch.bfloat16, "cuda", gen) for _ in range(2)]
+    expected = [attention_fwd(q, k, v, True, 1 / math.sqrt(128), plan)[0] for q, k, v in inputs]
+    streams = [torch.cuda.Stream() for _ in inputs]
+    torch.cuda.synchronize()
+    for _ in range(3):
+        outs = []
+        for stream, (q, k, v) in zip(streams, inputs):
+            with torch.cuda.stream(stream):
+                outs.append(attention_fwd(q, k, v, True, 1 / math.sqrt(128), plan)[0])
+        torch.cuda.synchronize()
+        assert all(torch.equal(o, e) for o, e in zip(outs, expected))
+    q, k, v = inputs[0]
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        attention_fwd(q, k, v, True, 1 / math.sqrt(128), plan)  # warm-up outside the capture
+        with torch.cuda.graph(graph, stream=side):
+            o_graph = attention_fwd(q, k, v, True, 1 / math.sqrt(128), plan)[0]
+    torch.cuda.current_stream().wait_stream(side)
+    for _ in range(3):
+        o_graph.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(o_graph, expected[0])
+
+
+@pytest.mark.skipif(not attn.gluon_imports(), reason="this Triton has no Gluon for Hopper")
+def test_tiles_on_demand_need_the_persistent_grid():
+    kernels = importlib.import_module("kernels.attention_gluon")
+    q = torch.empty(1, 1, 256, 128, dtype=torch.bfloat16, device="meta")
+    lse = torch.empty(1, 1, 256, dtype=torch.float32, device="meta")
+    counter = torch.empty(1, dtype=torch.int32, device="meta")
+    with pytest.raises(ValueError, match="need the persistent grid"):
+        kernels.launch_args(q, q, q, q, lse, True, 0.1, 2, counter=counter)
+    with pytest.raises(ValueError, match="needs persistent=True"):
+        kernels.attention_fwd_gluon(q, q, q, q, lse, True, 0.1, 2, on_demand=True)
+
+
 @gpu
 def test_strided_inputs_and_a_strided_output(gen):
     # (batch, seq, heads, head_dim) storage viewed as (batch, heads, seq, head_dim), as models hold it.
@@ -207,21 +280,25 @@ def test_strided_inputs_and_a_strided_output(gen):
 # ---------------------------------------------------------------------------------------------------------
 
 HOPPER = (9, 0)
-#        impl, capability, gluon imports, head_dim, dtype, descriptors fit, interpreter, seq_q, seq_k -> kernel
+#        impl, capability, gluon imports, head_dim, dtype, descriptors fit, interpreter, seq_q, seq_k, causal -> kernel
 CHOICES = [
-    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "gluon"),
-    ("auto", HOPPER, True, 128, torch.float16, True, False, 2048, 2048, "gluon"),
-    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 1024, 1024, "triton"),  # short key loop
-    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 64, 8192, "triton"),  # decode-like query block
-    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 8192, 8192, "triton"),  # slower than Triton at 64
-    ("auto", (8, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # Ampere
-    ("auto", (10, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # Blackwell: no wgmma
-    ("auto", None, True, 128, torch.bfloat16, True, True, 4096, 4096, "triton"),  # the interpreter
-    ("auto", HOPPER, False, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),  # no Gluon in this Triton
-    ("auto", HOPPER, True, 96, torch.bfloat16, True, False, 4096, 4096, "triton"),
-    ("auto", HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096, "triton"),  # misaligned strides
-    ("triton", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, "triton"),
-    ("gluon", HOPPER, True, 64, torch.bfloat16, True, False, 17, 17, "gluon"),  # asked for by name
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, True, "gluon"),
+    ("auto", HOPPER, True, 128, torch.float16, True, False, 2048, 2048, True, "gluon"),
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 1024, 1024, True, "triton"),  # causal, short
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 512, 512, False, "gluon"),  # no mask: from 512 keys
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 511, 511, False, "triton"),  # shorter: not timed
+    ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 64, 8192, False, "triton"),  # decode-like query block
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 1024, 1024, False, "gluon"),  # head dim 64, no mask
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 1024, 1023, False, "triton"),
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 8192, 8192, True, "triton"),  # causal: slower at 64
+    ("auto", (8, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, False, "triton"),  # Ampere
+    ("auto", (10, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, False, "triton"),  # Blackwell: no wgmma
+    ("auto", None, True, 128, torch.bfloat16, True, True, 4096, 4096, False, "triton"),  # the interpreter
+    ("auto", HOPPER, False, 128, torch.bfloat16, True, False, 4096, 4096, False, "triton"),  # no Gluon here
+    ("auto", HOPPER, True, 96, torch.bfloat16, True, False, 4096, 4096, False, "triton"),
+    ("auto", HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096, False, "triton"),  # misaligned strides
+    ("triton", HOPPER, True, 128, torch.bfloat16, True, False, 4096, 4096, False, "triton"),
+    ("gluon", HOPPER, True, 64, torch.bfloat16, True, False, 17, 17, True, "gluon"),  # asked for by name
 ]
 
 
@@ -259,10 +336,11 @@ def test_the_backward_kernel_choice(row):
 
 
 def test_the_preference_table():
-    assert attn.gluon_preferred(128, 4096, attn.GLUON_AUTO_MIN_KEYS[128])
-    assert not attn.gluon_preferred(128, 4096, attn.GLUON_AUTO_MIN_KEYS[128] - 1)
-    assert not attn.gluon_preferred(128, attn.SHORT_QUERY_MAX, 4096)
-    assert not any(attn.gluon_preferred(64, s, s) for s in (128, 4096, 65536))
+    for (head_dim, causal), keys in attn.GLUON_AUTO_MIN_KEYS.items():
+        assert attn.gluon_preferred(head_dim, 4096, keys, causal)
+        assert not attn.gluon_preferred(head_dim, 4096, keys - 1, causal)
+        assert not attn.gluon_preferred(head_dim, attn.SHORT_QUERY_MAX, 4096, causal)
+    assert not any(attn.gluon_preferred(64, s, s, True) for s in (128, 4096, 65536))  # never causal at 64
     assert importlib.import_module("kernels.attention_choice").GLUON_MAX_SHORT_QUERIES == attn.SHORT_QUERY_MAX
 
 
@@ -271,9 +349,9 @@ def test_the_preference_table():
                                    (HOPPER, True, 128, torch.bfloat16, False, False, 4096, 4096)])
 def test_asking_for_gluon_where_it_cannot_run_says_why(facts):
     with pytest.raises(ValueError, match="impl='gluon' cannot run here"):
-        choose_forward_impl("gluon", *facts)
+        choose_forward_impl("gluon", *facts, True)
     with pytest.raises(ValueError, match="impl must be one of"):
-        choose_forward_impl("cuda", *facts)
+        choose_forward_impl("cuda", *facts, True)
 
 
 def test_the_plan_names_its_kernel():
@@ -328,13 +406,14 @@ def test_the_gluon_forward_builds_for_sm90_without_a_gpu():
     assert facts["shared"] <= 227 * 1024
 
 
-def test_the_unmasked_gluon_forward_plans_the_persistent_grid_with_one_q_buffer():
-    # notes/attention.md, "One Q buffer on the persistent grid": without the causal mask the plan's kernel on
-    # one program an SM; with it one program a query tile. The choice is the mask's, not the lengths'.
+def test_the_gluon_forward_plans_its_persistent_grid_by_the_mask():
+    # notes/attention.md, "One Q buffer on the persistent grid" and round attention-causal-dynamic: without the
+    # causal mask the plan's kernel on one program an SM with one Q buffer; with it one program an SM, two Q
+    # buffers and tiles taken on demand. The choice is the mask's, not the lengths'.
     for seq in (128, 2048, 3000, 16384):
         for head_dim in (64, 128):
             full = plan_attention(seq, head_dim, torch.bfloat16, False, impl="gluon")
             causal = plan_attention(seq, head_dim, torch.float16, True, impl="gluon")
-            assert (full.persistent, full.prefetch_q) == (True, False)
-            assert not causal.persistent
+            assert (full.persistent, full.prefetch_q, full.on_demand) == (True, False, False)
+            assert (causal.persistent, causal.prefetch_q, causal.on_demand) == (True, True, True)
     assert plan_attention(2048, 128, torch.bfloat16, False).prefetch_q  # the Triton forward: no such choice

@@ -11,6 +11,8 @@ import pkgutil
 import shutil
 from pathlib import Path
 
+import pytest
+
 import probes
 from lab.publish.notebook import load_rounds, render_notebook
 
@@ -182,8 +184,9 @@ def test_experiment_and_decision_pages_list_the_rounds_that_fed_them():
 
 
 def test_the_attention_kernel_copies_still_apply():
-    """The phase-stamp and TMA-epilogue probes edit a copy of kernels/attention_gluon.py's consumer and kernel:
-    each edit must still find its one place, and the copy must be Python that holds the change."""
+    """The phase-stamp and TMA-epilogue probes edit a copy of kernels/attention_gluon.py's consumer and kernel,
+    the backward-stores probe a copy of both Gluon backward kernels' modules: each edit must still find its one
+    place, and the copy must be Python that holds the change."""
     import ast
 
     from probes.attention_phase_stamps import POINTS, form_source as stamped
@@ -200,3 +203,36 @@ def test_the_attention_kernel_copies_still_apply():
     ast.parse(text)
     assert "gl.store(o_base + offs, o.to(o_ptr.dtype.element_ty),\n" in text
     assert "gl.convert_layout(o.to(" not in text and text.count("layout=gl.SliceLayout(0, o_layout))") == 1
+
+    from probes.attention_bwd_stores import KV_FILE, Q_FILE, pair_store_source as bwd_pairs
+
+    def stored(text: str) -> list[str]:  # the value each gl.store writes, as source
+        return [ast.unparse(node.args[1]) for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Call)
+                and ast.unparse(node.func) == "gl.store"]
+
+    for where, values in ((KV_FILE, ["(dk * scale).to(dk_ptr.dtype.element_ty)", "dv.to(dv_ptr.dtype.element_ty)"]),
+                          (Q_FILE, ["(dq * scale).to(dq_ptr.dtype.element_ty)"])):
+        plan = (ROOT / where).read_text(encoding="utf-8")
+        assert stored(plan) == [f"gl.convert_layout({v}, store_layout)" for v in values], where
+        text = bwd_pairs(where)
+        assert stored(text) == values and "store_layout" not in text, where
+        assert text.count("layout=gl.SliceLayout(0, acc_layout))") == 1 + plan.count(
+            "layout=gl.SliceLayout(0, acc_layout))"), where
+
+
+def test_the_causal_dynamic_probe_compares_the_plan_with_one_program_a_tile():
+    """probes/attention_causal_dynamic.py times the causal Gluon plan (tiles on demand) against the same plan
+    on one program a query tile, by the kernel's flags; a plan that no longer takes tiles on demand is refused."""
+    from dataclasses import replace
+
+    import torch
+
+    from kernels.attention import plan_attention
+    from probes.attention_causal_dynamic import forms
+
+    plan = plan_attention(2048, 128, torch.bfloat16, True, impl="gluon")
+    by_form = forms(plan)
+    assert by_form["on-demand"] is plan and (plan.persistent, plan.on_demand) == (True, True)
+    assert by_form["one-tile"] == replace(plan, persistent=False, on_demand=False)
+    with pytest.raises(ValueError, match="on demand"):
+        forms(by_form["one-tile"])

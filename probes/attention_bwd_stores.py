@@ -59,7 +59,7 @@ from kernels.attention import (  # noqa: E402
     plan_attention_backward,
 )
 from kernels.reference_attention import attention_backward_float64  # noqa: E402
-from probes.attention_forms import rel_error, replace_once  # noqa: E402
+from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, rel_error, replace_once  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = "Do 16-byte stores of dK, dV and dQ shorten the Gluon backward as they shortened the forward?"
@@ -187,16 +187,6 @@ def _checks(forms, gen) -> list[dict]:
     return rows
 
 
-def _interleaved(runs: dict) -> dict:
-    """Each candidate's median over ROUNDS short do_bench runs, the candidates alternating (their order turning)."""
-    samples = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(1e3 * triton.testing.do_bench(runs[name], warmup=5, rep=30))
-    return {name: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for name, v in samples.items()}
-
-
 def _cudnn_backward_us(q, k, v, do, causal: bool, scale: float) -> float:
     """cuDNN's backward alone: the gradients of one saved SDPA forward, do_bench median of three."""
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
@@ -214,8 +204,7 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / "attention_bwd_stores.json"
     result = {**environment(), "question": QUESTION, "shapes": SHAPES,
-              "clock": "GPU time (the median of twelve alternating rounds of short do_bench runs, L2 flushed; "
-                       "cuDNN: do_bench median of three)"}
+              "clock": ALTERNATING_CLOCK}
     folder = Path(tempfile.mkdtemp(prefix="bwd-stores-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     forms = load_forms(folder)
@@ -236,9 +225,9 @@ def main() -> int:
             row = {"batch": batch, "seq": seq, "causal": causal,
                    "pair_store_equal": _equal(backward(*forms, q, k, v, o, lse, do, causal, scale, plans), planned)}
             del planned
-            row.update(_interleaved({
+            row.update(alternating_rounds({
                 "plan": lambda: attention_bwd(q, k, v, o, lse, do, causal, scale, plans),
-                "pair-store": lambda: backward(*forms, q, k, v, o, lse, do, causal, scale, plans)}))
+                "pair-store": lambda: backward(*forms, q, k, v, o, lse, do, causal, scale, plans)}, ROUNDS))
             row["cudnn"] = {"us": _cudnn_backward_us(q, k, v, do, causal, scale)}
             row["pair_store_over_plan"] = row["pair-store"]["us"] / row["plan"]["us"]
             row["cudnn_over_plan"] = row["cudnn"]["us"] / row["plan"]["us"]

@@ -52,7 +52,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from probes.attention_forms import check_case, rel_error  # noqa: E402
+from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, check_case, rel_error  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = ("Does a persistent grid that hands causal query tiles out on demand close the causal Gluon forward's "
@@ -119,23 +119,12 @@ def _checks(gen) -> list[dict]:
     return rows
 
 
-def _interleaved(runs: dict) -> dict:
-    """Each candidate's median over ROUNDS short do_bench runs, the candidates alternating (their order turning)."""
-    samples = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(1e3 * triton.testing.do_bench(runs[name], warmup=5, rep=30))
-    return {name: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for name, v in samples.items()}
-
-
 def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / "attention_causal_dynamic.json"
     result = {**environment(), "question": QUESTION, "shapes": SHAPES,
-              "clock": "GPU time (the median of twelve alternating rounds of short do_bench runs, L2 flushed; "
-                       "cuDNN: do_bench median of three)"}
+              "clock": ALTERNATING_CLOCK}
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261129)
     result["checks"] = _checks(gen)
@@ -154,7 +143,7 @@ def main() -> int:
         runs = {name: (lambda p=p: attention_fwd(q, k, v, True, scale, p)[0]) for name, p in by_form.items()}
         row = {"batch": batch, "seq": seq, "causal": True,
                "on_demand_equal": bool(torch.equal(runs["on-demand"](), runs["one-tile"]()))}
-        row.update(_interleaved(runs))
+        row.update(alternating_rounds(runs, ROUNDS))
 
         def cudnn():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):

@@ -7,9 +7,11 @@ a probe itself.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import NamedTuple
 
 import torch
+import triton
 
 from kernels.attention import attention_fwd, plan_attention
 from kernels.reference_attention import attention_float64
@@ -80,3 +82,20 @@ def check_case(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: in
     o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)
     return CheckCase(q, k, v, key_mask, scale, plan, o_plan, lse_plan,
                      attention_float64(q, k, v, causal, scale, key_mask=key_mask))
+
+
+# The clock of alternating_rounds' medians, with cuDNN timed after them (do_bench, the median of three).
+ALTERNATING_CLOCK = ("GPU time (the median of twelve alternating rounds of short do_bench runs, L2 flushed; cuDNN: "
+                     "do_bench median of three)")
+
+
+def alternating_rounds(runs: dict, rounds: int = 12) -> dict:
+    """Each candidate's median (and range) in µs over `rounds` short triton.testing.do_bench runs, the candidates
+    alternating and their order turning round by round, so a clock that drifts during the run weighs on each
+    alike. GPU time, the L2 flushed before every call (do_bench's default)."""
+    samples = {name: [] for name in runs}
+    names = list(runs)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(1e3 * triton.testing.do_bench(runs[name], warmup=5, rep=30))
+    return {name: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for name, v in samples.items()}

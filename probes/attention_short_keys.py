@@ -43,6 +43,7 @@ import kernels.attention_gluon as AG  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from kernels.attention_choice import gluon_preferred  # noqa: E402
 from kernels.reference_attention import attention_float64  # noqa: E402
+from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = "With O in 16-byte stores, does the Gluon forward now beat the Triton forward at 512-1,024 keys?"
@@ -66,24 +67,13 @@ def plans(seq: int, head_dim: int, causal: bool) -> dict:
             for impl in ("triton", "gluon")}
 
 
-def _interleaved(runs: dict) -> dict:
-    """Each candidate's median over ROUNDS short do_bench runs, the candidates alternating (their order turning)."""
-    samples = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(1e3 * triton.testing.do_bench(runs[name], warmup=5, rep=30))
-    return {name: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for name, v in samples.items()}
-
-
 def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
     output = out_dir / "attention_short_keys.json"
     result = {**environment(), "question": QUESTION, "shapes": SHAPES,
               "gluon_o_in_16_byte_stores": "store_layout" in inspect.getsource(AG._consumer.fn),
-              "clock": "GPU time (the median of twelve alternating rounds of short do_bench runs, L2 flushed; "
-                       "cuDNN: do_bench median of three)", "experiment": []}
+              "clock": ALTERNATING_CLOCK, "experiment": []}
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261129)
     for head_dim in HEAD_DIMS:
@@ -105,7 +95,7 @@ def main() -> int:
                     row[impl] = {"rel_error": err}
                     if err < TOLERANCE:
                         runs[impl] = (lambda plan=plan: attention_fwd(q, k, v, causal, scale, plan)[0])
-                for impl, timed in (_interleaved(runs) if runs else {}).items():
+                for impl, timed in (alternating_rounds(runs, ROUNDS) if runs else {}).items():
                     row[impl].update(timed)
 
                 def cudnn():

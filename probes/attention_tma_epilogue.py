@@ -57,7 +57,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernels.attention_gluon as AG  # noqa: E402
 from kernels._gluon_host import descriptor  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from probes.attention_forms import check_case, rel_error, replace_once, with_tma_epilogue  # noqa: E402
+from probes.attention_forms import (  # noqa: E402
+    alternating_rounds,
+    check_case,
+    rel_error,
+    replace_once,
+    with_tma_epilogue,
+)
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = ("Does storing O through shared memory with a TMA copy take the Gluon forward's epilogue off its "
@@ -191,17 +197,6 @@ def _checks(module, gen, o_descriptor: bool = True, checks: tuple = CHECKS) -> l
     return rows
 
 
-def _interleaved(runs: dict) -> dict:
-    """Each candidate's median over INTERLEAVED_ROUNDS short do_bench runs, the candidates alternating (and
-    their order turning) round by round, so a clock that drifts during the run weighs on each alike."""
-    samples = {name: [] for name in runs}
-    names = list(runs)
-    for r in range(INTERLEAVED_ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(1e3 * triton.testing.do_bench(runs[name], warmup=5, rep=30))
-    return {name: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for name, v in samples.items()}
-
-
 def _time(fn) -> float:
     return 1e3 * statistics.median(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(3))
 
@@ -233,10 +228,10 @@ def where(out_dir: Path, result: dict) -> int:
         row = {"batch": batch, "seq": seq, "causal": causal, "pair_store_equal": bool(torch.equal(o_pairs, o_plan)),
                "l2_resident_slab_mib": slab[0].numel() * slab.element_size() / 2**20}
         o_other = torch.empty_like(q)
-        timed = _interleaved({"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
-                              "no-store": lambda: launch(no_store, o_other),
-                              "l2-resident": lambda: launch(AG, slab),
-                              "pair-store": lambda: launch(pairs, o_other)})
+        timed = alternating_rounds({"plan": lambda: attention_fwd(q, k, v, causal, scale, plan)[0],
+                                    "no-store": lambda: launch(no_store, o_other),
+                                    "l2-resident": lambda: launch(AG, slab),
+                                    "pair-store": lambda: launch(pairs, o_other)}, INTERLEAVED_ROUNDS)
         row.update(timed)
         row["cudnn"] = {"us": _time(cudnn)}
         for name in ("no-store", "l2-resident", "pair-store"):
@@ -322,7 +317,7 @@ def main() -> int:
                     return o
                 timed_runs["no-store"] = without_stores
                 row["no-store"] = {"note": "O's stores predicated off: timed only, its output is not O"}
-            for name, timed in _interleaved(timed_runs).items():
+            for name, timed in alternating_rounds(timed_runs, INTERLEAVED_ROUNDS).items():
                 row[name].update(timed)
             if knockout:
                 row["no_store_over_plan"] = row["plan"]["us"] / row["no-store"]["us"]

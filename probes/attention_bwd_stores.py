@@ -36,7 +36,6 @@ import importlib.util
 import json
 import math
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -59,7 +58,13 @@ from kernels.attention import (  # noqa: E402
     plan_attention_backward,
 )
 from kernels.reference_attention import attention_backward_float64  # noqa: E402
-from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, rel_error, replace_once  # noqa: E402
+from probes.attention_forms import (  # noqa: E402
+    ALTERNATING_CLOCK,
+    alternating_rounds,
+    median_of_three_us,
+    rel_error,
+    replace_once,
+)
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = "Do 16-byte stores of dK, dV and dQ shorten the Gluon backward as they shortened the forward?"
@@ -196,7 +201,7 @@ def _cudnn_backward_us(q, k, v, do, causal: bool, scale: float) -> float:
     def run():
         return torch.autograd.grad(out, leaves, do, retain_graph=True)
 
-    return 1e3 * statistics.median(triton.testing.do_bench(run, warmup=25, rep=100) for _ in range(3))
+    return median_of_three_us(run)
 
 
 def main() -> int:

@@ -39,20 +39,23 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-import triton
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, check_case, rel_error  # noqa: E402
+from probes.attention_forms import (  # noqa: E402
+    ALTERNATING_CLOCK,
+    alternating_rounds,
+    check_case,
+    cudnn_forward,
+    median_of_three_us,
+    rel_error,
+)
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = ("Does a persistent grid that hands causal query tiles out on demand close the causal Gluon forward's "
@@ -144,13 +147,7 @@ def main() -> int:
         row = {"batch": batch, "seq": seq, "causal": True,
                "on_demand_equal": bool(torch.equal(runs["on-demand"](), runs["one-tile"]()))}
         row.update(alternating_rounds(runs, ROUNDS))
-
-        def cudnn():
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=True)
-
-        row["cudnn"] = {"us": 1e3 * statistics.median(triton.testing.do_bench(cudnn, warmup=25, rep=100)
-                                                      for _ in range(3))}
+        row["cudnn"] = {"us": median_of_three_us(cudnn_forward(q, k, v, True, scale))}
         row["one_tile_over_on_demand"] = row["one-tile"]["us"] / row["on-demand"]["us"]
         row["cudnn_over_one_tile"] = row["cudnn"]["us"] / row["one-tile"]["us"]
         row["cudnn_over_on_demand"] = row["cudnn"]["us"] / row["on-demand"]["us"]

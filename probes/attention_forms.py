@@ -1,7 +1,7 @@
 """What the attention probes share: editing a copy of kernels/attention_gluon.py's source (one replacement at a
-time, and the TMA epilogue's edit, which more than one probe builds on), and one check shape's inputs with the
-plan's and a float64 reference's outputs, which every form is held to before it is timed. Shared by probes; not
-a probe itself.
+time, and the TMA epilogue's edit, which more than one probe builds on), one check shape's inputs with the
+plan's and a float64 reference's outputs, which every form is held to before it is timed, and the clocks the
+forms and cuDNN are timed on. Shared by probes; not a probe itself.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import statistics
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from kernels.attention import attention_fwd, plan_attention
 from kernels.reference_attention import attention_float64
@@ -99,3 +101,16 @@ def alternating_rounds(runs: dict, rounds: int = 12) -> dict:
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(1e3 * triton.testing.do_bench(runs[name], warmup=5, rep=30))
     return {name: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for name, v in samples.items()}
+
+
+def median_of_three_us(fn) -> float:
+    """fn's time in µs: the median of three triton.testing.do_bench medians (GPU time, the L2 flushed)."""
+    return 1e3 * statistics.median(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(3))
+
+
+def cudnn_forward(q, k, v, causal: bool, scale: float):
+    """A call of cuDNN's attention forward through SDPA with that backend pinned, on these inputs."""
+    def run():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
+    return run

@@ -44,16 +44,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-import triton
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kernels.attention_gluon as AG  # noqa: E402
 from kernels._gluon_host import descriptor  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from probes.attention_forms import replace_once, with_tma_epilogue  # noqa: E402
+from probes.attention_forms import cudnn_forward, median_of_three_us, replace_once, with_tma_epilogue  # noqa: E402
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = "Where does the Gluon forward's fixed cost a query tile go, phase by phase?"
@@ -178,10 +175,6 @@ def read_stamps(stamps: torch.Tensor, turns: list[int]) -> dict:
     return out
 
 
-def _time(fn) -> float:
-    return 1e3 * statistics.median(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(3))
-
-
 def main() -> int:
     out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -233,20 +226,17 @@ def main() -> int:
                         call()
                         torch.cuda.synchronize()
                         row["stamps"] = read_stamps(stamps, turns)
-                        row["us_stamped"] = _time(lambda: call()[0])
+                        row["us_stamped"] = median_of_three_us(lambda: call()[0])
                         if not fewer and not name.startswith("tma"):  # the plan's own launch, one program an SM
-                            row["us_unstamped"] = _time(lambda p=persistent, f=prefetch_q: attention_fwd(
+                            row["us_unstamped"] = median_of_three_us(lambda p=persistent, f=prefetch_q: attention_fwd(
                                 q, k, v, causal, scale, replace(plan, persistent=p, prefetch_q=f))[0])
                 except Exception as exc:  # noqa: BLE001 - one form's failure is its own row
                     row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 result["rows"].append(row)
                 print(json.dumps(row), flush=True)
                 write_output(output, result)
-
-            def cudnn():
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
-            result["rows"].append({"seq": seq, "batch": batch, "causal": causal, "form": "cudnn", "us": _time(cudnn)})
+            cudnn = cudnn_forward(q, k, v, causal, scale)
+            result["rows"].append({"seq": seq, "batch": batch, "causal": causal, "form": "cudnn", "us": median_of_three_us(cudnn)})
             print(json.dumps(result["rows"][-1]), flush=True)
             write_output(output, result)
         del q, k, v

@@ -28,14 +28,10 @@ from __future__ import annotations
 import inspect
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-import triton
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,7 +39,13 @@ import kernels.attention_gluon as AG  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from kernels.attention_choice import gluon_preferred  # noqa: E402
 from kernels.reference_attention import attention_float64  # noqa: E402
-from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds  # noqa: E402
+from probes.attention_forms import (  # noqa: E402
+    ALTERNATING_CLOCK,
+    alternating_rounds,
+    cudnn_forward,
+    median_of_three_us,
+    rel_error,
+)
 from probes.harness import environment, write_output  # noqa: E402
 
 QUESTION = "With O in 16-byte stores, does the Gluon forward now beat the Triton forward at 512-1,024 keys?"
@@ -91,19 +93,13 @@ def main() -> int:
                 runs = {}
                 for impl, plan in by_impl.items():
                     out = attention_fwd(q, k, v, causal, scale, plan)[0]
-                    err = float((out[:1, :1].double() - ref).norm() / ref.norm())
+                    err = rel_error(out[:1, :1], ref)
                     row[impl] = {"rel_error": err}
                     if err < TOLERANCE:
                         runs[impl] = (lambda plan=plan: attention_fwd(q, k, v, causal, scale, plan)[0])
                 for impl, timed in (alternating_rounds(runs, ROUNDS) if runs else {}).items():
                     row[impl].update(timed)
-
-                def cudnn():
-                    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                        return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
-
-                row["cudnn"] = {"us": 1e3 * statistics.median(triton.testing.do_bench(cudnn, warmup=25, rep=100)
-                                                              for _ in range(3))}
+                row["cudnn"] = {"us": median_of_three_us(cudnn_forward(q, k, v, causal, scale))}
                 if len(runs) == 2:
                     row["triton_over_gluon"] = row["triton"]["us"] / row["gluon"]["us"]
                 for impl in runs:

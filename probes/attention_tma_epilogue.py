@@ -42,15 +42,11 @@ import inspect
 import json
 import math
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-import triton
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,6 +56,8 @@ from kernels.attention import attention_fwd, plan_attention  # noqa: E402
 from probes.attention_forms import (  # noqa: E402
     alternating_rounds,
     check_case,
+    cudnn_forward,
+    median_of_three_us,
     rel_error,
     replace_once,
     with_tma_epilogue,
@@ -197,10 +195,6 @@ def _checks(module, gen, o_descriptor: bool = True, checks: tuple = CHECKS) -> l
     return rows
 
 
-def _time(fn) -> float:
-    return 1e3 * statistics.median(triton.testing.do_bench(fn, warmup=25, rep=100) for _ in range(3))
-
-
 def where(out_dir: Path, result: dict) -> int:
     """--where: the plan, the knockout, the plan's kernel writing an L2-resident O and the pair-store form, in
     alternating rounds at the experiment's shapes, after the pair-store form is checked against the plan."""
@@ -233,7 +227,7 @@ def where(out_dir: Path, result: dict) -> int:
                                     "l2-resident": lambda: launch(AG, slab),
                                     "pair-store": lambda: launch(pairs, o_other)}, INTERLEAVED_ROUNDS)
         row.update(timed)
-        row["cudnn"] = {"us": _time(cudnn)}
+        row["cudnn"] = {"us": median_of_three_us(cudnn)}
         for name in ("no-store", "l2-resident", "pair-store"):
             row[name]["plan_minus_us"] = row["plan"]["us"] - row[name]["us"]
         result["experiment"].append(row)
@@ -268,11 +262,7 @@ def _timed_shapes(gen, scale: float):
             batch = 16384 // seq
             q, k, v = (torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
                        for _ in range(3))
-
-            def cudnn(q=q, k=k, v=v, causal=causal):
-                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
-
+            cudnn = cudnn_forward(q, k, v, causal, scale)
             yield causal, seq, batch, q, k, v, plan_attention(seq, HEAD_DIM, torch.bfloat16, causal, seq_k=seq,
                                                               impl="gluon"), cudnn
             del q, k, v
@@ -321,7 +311,7 @@ def main() -> int:
                 row[name].update(timed)
             if knockout:
                 row["no_store_over_plan"] = row["plan"]["us"] / row["no-store"]["us"]
-            row["cudnn"]["us"] = _time(cudnn)
+            row["cudnn"]["us"] = median_of_three_us(cudnn)
             row["tma_over_plan"] = row["plan"]["us"] / row["tma"]["us"]
             runs = {}
         for name, fn in runs.items():
@@ -330,7 +320,7 @@ def main() -> int:
             err = float((out.double() - first.double()).norm() / first.double().norm())
             row[name] = {"rel_diff_to_plan": err}
             if err < TOLERANCE:
-                us = _time(fn)
+                us = median_of_three_us(fn)
                 row[name].update(us=us, tflops=flops / us / 1e6)
         row["tma_over_cudnn"] = row["cudnn"]["us"] / row["tma"]["us"]
         row["plan_over_cudnn"] = row["cudnn"]["us"] / row["plan"]["us"]

@@ -52,6 +52,7 @@ from kernels.attention_choice import (  # noqa: F401 (the choice's names, import
     GLUON_PERSISTENT_UNMASKED,
     GLUON_PINGPONG,
     GLUON_STAGES,
+    GLUON_TWO_PROGRAMS_BELOW_KEYS,
     GLUON_WARPS,
     IMPL_ENV,
     IMPLS,
@@ -60,6 +61,7 @@ from kernels.attention_choice import (  # noqa: F401 (the choice's names, import
     default_impl,
     gluon_backward_imports,
     gluon_forward_refusal,
+    gluon_forward_tiles,
     gluon_imports,
     gluon_preferred,
 )
@@ -137,6 +139,7 @@ class AttentionPlan:
     prefetch_q: bool = True  # Gluon forward, persistent: a second Q buffer, the next tile's Q loading early
     exp_split: bool = False  # Gluon forward: half the unmasked tiles' exponentials on the FMA pipe
     on_demand: bool = False  # Gluon forward, persistent: each program takes its next query tile from a counter
+    programs_per_sm: int = 1  # Gluon forward: 2 with 64-key tiles at head dim 64 (kernels/attention_choice.py)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -160,10 +163,11 @@ def plan_attention(seq_q: int, head_dim: int, dtype: torch.dtype, causal: bool,
     if direction == "forward" and impl == "gluon":
         one_q = GLUON_PERSISTENT_UNMASKED and not causal and not GLUON_PERSISTENT
         on_demand = GLUON_ON_DEMAND_CAUSAL and causal
-        return AttentionPlan(direction, GLUON_BLOCK_M, GLUON_BLOCK_N, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
+        block_n, programs_per_sm = gluon_forward_tiles(head_dim, seq_q if seq_k is None else seq_k, causal)
+        return AttentionPlan(direction, GLUON_BLOCK_M, block_n, GLUON_WARPS, GLUON_STAGES[head_dim], tma=True,
                              warp_specialize=True, impl="gluon", pingpong=GLUON_PINGPONG,
                              persistent=GLUON_PERSISTENT or one_q or on_demand, prefetch_q=not one_q,
-                             exp_split=GLUON_EXP_SPLIT, on_demand=on_demand)
+                             exp_split=GLUON_EXP_SPLIT, on_demand=on_demand, programs_per_sm=programs_per_sm)
     if direction == "backward_kv" and impl == "gluon":  # kernels/attention_bwd_gluon.py's fixed tiles
         return AttentionPlan(direction, 64, 128, 12, 2, tma=True, warp_specialize=True, impl="gluon")
     if direction == "backward_q" and impl == "gluon":  # kernels/attention_bwd_q_gluon.py's fixed tiles
@@ -300,7 +304,8 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         from kernels.attention_gluon import attention_fwd_gluon
 
         attention_fwd_gluon(q, k, v, o, lse, causal, scale, plan.num_stages, key_mask, plan.pingpong,
-                            plan.persistent, plan.exp_split, plan.prefetch_q, plan.on_demand)
+                            plan.persistent, plan.exp_split, plan.prefetch_q, plan.on_demand, plan.block_n,
+                            plan.programs_per_sm)
         return o, lse
     use_tma = plan.tma and _tma_fits(k, v) and not interpreter_enabled()  # the interpreter has no TMA
     k_desc = _tma_descriptor(k, plan.block_n) if use_tma else None

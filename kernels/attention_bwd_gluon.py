@@ -21,7 +21,9 @@ three partitions (gl.warp_specialize):
 Which (query, key) pairs count is the Triton kernel's rule: keys below seq_k, under CAUSAL those with
 j <= i + (seq_k - seq_q), under KEY_MASK those whose mask byte is set. Queries past seq_q come in as zeros and
 take lse = +inf (P = 0); keys past seq_k come in as zeros and their rows are not stored. A row that saw no key
-has lse = -inf: the causal mask or the key mask hides every pair of it, so it adds nothing.
+has lse = -inf: the causal mask or the key mask hides every pair of it, so it adds nothing. Under CAUSAL alone
+only the query tiles that cross the diagonal (the first one or two a warpgroup walks) take the comparison and
+the select; every tile past them is seen whole (round attention-bwd-masks in the lab notebook).
 
 Registers a consumer thread: dK and dV (64 x D fp32 each, 2 x 64 at D = 128), S^T and dP^T (64 x 64 fp32,
 32 each) and P^T, dS^T in 16-bit. dK and dV leave through shared memory, converted from the accumulator's
@@ -147,8 +149,11 @@ def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, kv_bar, ready, free, lse_ptr,
             lse2 = gl.load(lse_ptr + base + rows, mask=rows < seq_q, other=float("inf")) * _LOG2E
             s_t = warpgroup_mma_wait(1, deps=(st_acc, ))
             p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
-            if CAUSAL:  # rows that see no key have lse = -inf and p = inf here; the mask takes them out
-                p_t = gl.where(keys[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
+            # Only a tile whose first query sees fewer keys than the warpgroup's last key needs is masked; rows
+            # that see no key (lse = -inf, p = inf) lie in such tiles alone.
+            if CAUSAL:
+                if m_lo + mi * block_m + causal_offset < start_n + WG * wg_n + wg_n - 1:
+                    p_t = gl.where(keys[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
             if KEY_MASK:
                 p_t = gl.where(kept[:, None], p_t, 0.0)
             p_op = gl.convert_layout(p_t.to(q_smem.dtype), op_layout)

@@ -14,8 +14,10 @@ cores, compute P while dP is in flight, then dS and dQ += dS K_j with dS as the 
 Here the rows are queries, so lse and delta are per-row values (two a thread), and the accumulators are dQ
 (64 x D fp32) and the two 64 x 64 score tiles. Which pairs count is the Triton kernel's rule (keys below seq_k,
 the causal limit, the key mask); a row that sees no key has lse = -inf and the masks hide each of its pairs, so
-its dQ is 0; rows past seq_q take lse = +inf and are not stored. dQ leaves converted to rows of eight elements a
-thread (16-byte stores), as dK, dV and the forward's O do.
+its dQ is 0; rows past seq_q take lse = +inf and are not stored. Without a key mask only the key tiles that hold
+a hidden pair take the comparisons and the select: the last one when it runs past seq_k, and under CAUSAL those
+that cross the diagonal (round attention-bwd-masks in the lab notebook). dQ leaves converted to rows of eight
+elements a thread (16-byte stores), as dK, dV and the forward's O do.
 """
 
 from __future__ import annotations
@@ -116,15 +118,26 @@ def _dq_consumer(q_smem, do_smem, k_smem, v_smem, q_bar, ready, free, lse_ptr, d
         dp_acc = warpgroup_mma(do_view, v_tile.permute((1, 0)), gl.zeros([wg_m, block_n], gl.float32, s_layout),
                                use_acc=False, is_async=True)
         keys = j * block_n + cols
-        visible = keys < seq_k
         if KEY_MASK:
-            visible = gl.load(mask_base + keys.to(gl.int64) * stride_mk, mask=visible, other=0) != 0
+            visible = gl.load(mask_base + keys.to(gl.int64) * stride_mk, mask=keys < seq_k, other=0) != 0
         s = warpgroup_mma_wait(1, deps=(s_acc, ))
         p = gl.exp2(s * qk_scale - lse2[:, None])
-        seen = visible[None, :]
-        if CAUSAL:  # rows that see no key have lse = -inf and p = inf here; the masks take them out
-            seen = seen & (keys[None, :] <= limit[:, None])
-        p = gl.where(seen, p, 0.0)
+        if KEY_MASK:
+            seen = visible[None, :]
+            if CAUSAL:  # rows that see no key have lse = -inf and p = inf here; the masks take them out
+                seen = seen & (keys[None, :] <= limit[:, None])
+            p = gl.where(seen, p, 0.0)
+        else:
+            # Only the last key tile (keys past seq_k) and, causal, the tiles whose last key lies past the
+            # warpgroup's first row's limit are masked; rows that see no key lie in such tiles alone.
+            crosses = j * block_n + block_n > seq_k
+            if CAUSAL:
+                crosses = crosses | (j * block_n + block_n - 1 > start_m + WG * wg_m + (seq_k - seq_q))
+            if crosses:
+                seen = (keys < seq_k)[None, :]
+                if CAUSAL:
+                    seen = seen & (keys[None, :] <= limit[:, None])
+                p = gl.where(seen, p, 0.0)
         dp = warpgroup_mma_wait(0, deps=(dp_acc, ))
         ds = gl.convert_layout((p * (dp - delta[:, None])).to(q_smem.dtype), op_layout)
         dq_acc = warpgroup_mma(ds, k_tile, dq, is_async=True)

@@ -57,8 +57,17 @@ GLUON_EXP_SPLIT = False
 # (round attention-short-keys, notes/attention.md, 2026-11-28), Gluon against the Triton forward at 512 / 1,024 /
 # 2,048 keys: head dim 128 1.24 / 1.29 / 1.33x without the mask, 0.88 / 0.99 / 1.12x causal (one program a tile;
 # tiles on demand ran 1.05x that at 1,024 keys, not enough to call); head dim 64 0.72 / 1.06 / 1.07x without the
-# mask, 0.73 / 0.83 / 0.96x causal. Below 512 keys: not timed, the Triton forward.
-GLUON_AUTO_MIN_KEYS = {(128, False): 512, (128, True): 2048, (64, False): 1024}
+# mask, 0.73 / 0.83 / 0.96x causal. Below 512 keys: not timed, the Triton forward. Head dim 64 with the causal
+# mask from 1,024 keys (round attention-head-dim-64, H200, 2026-11-28, B x S = 16,384, 32 heads): the Gluon forward
+# with tiles on demand ran 1.05-1.09x the Triton forward from 2,048 keys, and with 64-key tiles two programs an SM
+# (GLUON_TWO_PROGRAMS_BELOW_KEYS) 1.14x at 1,024 and 1.11x at 2,048; at 512 the Triton forward was 1.04x faster.
+# At 1,024 keys, head dim 128 with the mask, tiles on demand were level with the Triton forward (1.008x, H200).
+GLUON_AUTO_MIN_KEYS = {(128, False): 512, (128, True): 2048, (64, False): 1024, (64, True): 1024}
+# (head dim, causal) -> the key count below which the Gluon forward runs 64-key tiles two programs an SM
+# (kernels/attention_gluon.py's REGISTERS) instead of 128-key tiles one program an SM. Round attention-head-dim-64
+# (H200, GPU time, against 128-key tiles): causal 1.34 / 1.06x at 1,024 / 2,048 keys, level at 3,000 (0.995x),
+# 0.93-0.97x from 4,096 on; without the mask 0.91-1.00x from 1,024 keys on, so never there.
+GLUON_TWO_PROGRAMS_BELOW_KEYS = {(64, True): 3000}
 # Where "auto" takes the Gluon backward (kernels/attention_bwd_gluon.py's dK/dV and attention_bwd_q_gluon.py's
 # dQ) once it can run: the fewest queries and keys. Measured on the H100 (bf16, notes/attention.md,
 # 2026-11-27): the whole backward (delta, dK/dV, dQ) ran 1.10-1.20x the Triton backward at every point timed,
@@ -91,6 +100,14 @@ def gluon_forward_refusal(capability: tuple[int, int] | None, gluon_imports: boo
     if not descriptors_fit:
         return f"{tensors} does not fit a tensor descriptor (16-byte aligned base and strides, positive strides)"
     return None
+
+
+def gluon_forward_tiles(head_dim: int, seq_k: int, causal: bool) -> tuple[int, int]:
+    """(keys a tile, programs an SM) of the Gluon forward at this head dim, key count and mask
+    (GLUON_TWO_PROGRAMS_BELOW_KEYS)."""
+    if seq_k < GLUON_TWO_PROGRAMS_BELOW_KEYS.get((head_dim, bool(causal)), 0):
+        return 64, 2
+    return GLUON_BLOCK_N, 1
 
 
 def gluon_preferred(head_dim: int, seq_q: int, seq_k: int, causal: bool) -> bool:

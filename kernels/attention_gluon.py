@@ -3,7 +3,8 @@ forward, scheduled by hand.
 
     s_ij = c * <q_i, k_j>,   O = softmax_j(s) V,   lse_i = log sum_j exp(s_ij)
 
-One program holds BLOCK_M = 128 queries of one (batch, head) and walks its keys in tiles of BLOCK_N = 128.
+One program holds BLOCK_M = 128 queries of one (batch, head) and walks its keys in tiles of BLOCK_N = 128 (or
+64, with registers for two programs an SM, where kernels/attention_choice.py plans them at head dim 64).
 Its warps are split into three partitions (gl.warp_specialize):
 
 * a loader (1 warp, few registers): copies the two 64-query halves of the Q tile once, then each key tile's
@@ -82,6 +83,11 @@ BLOCK_N = 128  # keys a tile
 # the loader holds scalars. 4 + 4 + 1 warps occupy three warpgroups: 3 x 128 threads x 168 = 64,512 of
 # the SM's 65,536 registers, handed out as 240 to each consumer and 24 to the loader.
 CONSUMER_REGS, LOADER_REGS, MAXNREG = 240, 24, 168
+# Two programs an SM (64-key tiles at head dim 64, where kernels/attention_choice.py plans them): a consumer holds
+# half the score tile (32 fp32 registers a thread, P 16), so 2 x 3 x 128 threads x 80 = 61,440 registers at launch,
+# handed out as 104 to each consumer and 24 to the loader (compiled for sm_90 a consumer spills 32-48 bytes).
+# Programs an SM -> (consumer, loader, launch) registers a thread.
+REGISTERS = {1: (CONSUMER_REGS, LOADER_REGS, MAXNREG), 2: (104, 24, 80)}
 NUM_WARPS = 4  # the default partition (consumer 0); the workers add 4 + 1
 
 
@@ -440,25 +446,39 @@ def _attention_fwd_gluon_kernel(q_desc, k_desc, v_desc, o_ptr, lse_ptr, mask_ptr
 # Host side
 # --------------------------------------------------------------------------------------------------------
 
+def check_tiles(head_dim: int, block_n: int, programs_per_sm: int) -> None:
+    """ValueError unless the kernel runs (keys a tile, programs an SM) at this head dim: 128-key tiles one
+    program an SM at either head dim, or at head dim 64 64-key tiles one or two programs an SM."""
+    if (block_n, programs_per_sm) != (BLOCK_N, 1) and not (head_dim == 64 and block_n == 64
+                                                           and programs_per_sm in REGISTERS):
+        raise ValueError(f"attention: the Gluon forward runs 128-key tiles one program an SM, or at head dim 64 "
+                         f"64-key tiles one or two programs an SM; got {block_n}-key tiles, {programs_per_sm} "
+                         f"program(s) an SM at head dim {head_dim}.")
+
+
 def launch_args(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None, pingpong: bool = False,
                 persistent_programs: int | None = None, exp_split: bool = False, prefetch_q: bool = True,
-                counter=None) -> tuple:
+                counter=None, block_n: int = BLOCK_N, programs_per_sm: int = 1) -> tuple:
     """(grid, positional args, meta) of one launch; the tensors may live on the 'meta' device (shapes and
     strides only), which is how the CPU compiles the kernel for sm_90 without a GPU. persistent_programs:
     None, one program a query tile; else at most that many programs, each taking every grid-th tile, or, with a
     counter (one int32, zero, on q's device), the tile the counter hands out next; a second Q buffer unless
-    prefetch_q is False (the kernel's PERSISTENT flag chooses the buffers alone)."""
+    prefetch_q is False (the kernel's PERSISTENT flag chooses the buffers alone). block_n keys a tile, with the
+    registers of programs_per_sm programs an SM (check_tiles says which pairs run; launch with maxnreg
+    REGISTERS[programs_per_sm][2])."""
     if counter is not None and persistent_programs is None:
         raise ValueError("attention: tiles handed out by a counter need the persistent grid.")
     batch, n_heads, seq_q, head_dim = q.shape
+    check_tiles(head_dim, block_n, programs_per_sm)
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
     mask, stride_mb, stride_mk = key_mask_args(key_mask)
-    args = (descriptor(q, WARPGROUP_M), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N), o, lse, mask, seq_q, seq_k,
+    consumer_regs, loader_regs, _ = REGISTERS[programs_per_sm]
+    args = (descriptor(q, WARPGROUP_M), descriptor(k, block_n), descriptor(v, block_n), o, lse, mask, seq_q, seq_k,
             n_heads, n_heads // n_kv_heads, batch * n_heads, scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
             stride_mb, stride_mk, lse if counter is None else counter)  # lse: a pointer the kernel never reads
-    meta = dict(HEAD_DIM=head_dim, BLOCK_N=BLOCK_N, STAGES=stages, CAUSAL=causal, KEY_MASK=key_mask is not None,
+    meta = dict(HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=stages, CAUSAL=causal, KEY_MASK=key_mask is not None,
                 PINGPONG=pingpong, PERSISTENT=persistent_programs is not None and prefetch_q, EXP_SPLIT=exp_split,
-                ON_DEMAND=counter is not None, CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS)
+                ON_DEMAND=counter is not None, CONSUMER_REGS=consumer_regs, LOADER_REGS=loader_regs)
     tiles = triton.cdiv(seq_q, BLOCK_M) * batch * n_heads
     grid = (tiles if persistent_programs is None else max(1, min(tiles, persistent_programs)),)
     return grid, args, meta
@@ -471,26 +491,29 @@ def _sm_count(device_index: int) -> int:
 
 def attention_fwd_gluon(q, k, v, o, lse, causal: bool, scale: float, stages: int, key_mask=None,
                         pingpong: bool = False, persistent: bool = False, exp_split: bool = False,
-                        prefetch_q: bool = True, on_demand: bool = False) -> None:
+                        prefetch_q: bool = True, on_demand: bool = False, block_n: int = BLOCK_N,
+                        programs_per_sm: int = 1) -> None:
     """Writes O into o and lse (fp32, natural log) into lse; q, k, v (batch, heads, seq, head_dim) with
     16-byte aligned bases and strides and a unit last stride; seq_q, seq_k >= 1 (the caller handles empty
-    shapes). persistent: one program an SM (a program fills one: its registers), each walking query tiles, the
-    next tile's Q in a second buffer unless prefetch_q is False; on_demand (persistent only): each program takes
-    the next tile from a counter, zeroed for this launch alone (a launch of its own, so launches on other streams
-    or in CUDA graphs never share one)."""
+    shapes). persistent: programs_per_sm programs an SM (what their registers allow), each walking query tiles,
+    the next tile's Q in a second buffer unless prefetch_q is False; on_demand (persistent only): each program
+    takes the next tile from a counter, zeroed for this launch alone (a launch of its own, so launches on other
+    streams or in CUDA graphs never share one). block_n: keys a tile (check_tiles)."""
     if on_demand and not persistent:
         raise ValueError("attention: on_demand hands tiles out on the persistent grid; it needs persistent=True.")
-    programs = _sm_count(q.device.index if q.device.index is not None else torch.cuda.current_device()) \
-        if persistent else None
+    check_tiles(q.shape[-1], block_n, programs_per_sm)
+    programs = programs_per_sm * _sm_count(q.device.index if q.device.index is not None
+                                           else torch.cuda.current_device()) if persistent else None
     counter = torch.zeros(1, dtype=torch.int32, device=q.device) if on_demand else None
     grid, args, meta = launch_args(q, k, v, o, lse, causal, scale, stages, key_mask, pingpong, programs, exp_split,
-                                   prefetch_q, counter)
-    _attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=MAXNREG)
+                                   prefetch_q, counter, block_n, programs_per_sm)
+    _attention_fwd_gluon_kernel[grid](*args, **meta, num_warps=NUM_WARPS, maxnreg=REGISTERS[programs_per_sm][2])
 
 
 def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: bool, stages: int,
                      pingpong: bool = False, persistent: bool = False, exp_split: bool = False,
-                     prefetch_q: bool = True, on_demand: bool = False):
+                     prefetch_q: bool = True, on_demand: bool = False, block_n: int = BLOCK_N,
+                     programs_per_sm: int = 1):
     """The kernel compiled for sm_90 from shapes alone (no GPU: the CPU can check it builds, its registers
     and its shared memory)."""
     q = torch.empty(2, 4, 1000, head_dim, dtype=dtype, device="meta")
@@ -498,5 +521,6 @@ def compile_for_sm90(head_dim: int, dtype: torch.dtype, causal: bool, key_mask: 
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
     counter = torch.empty(1, dtype=torch.int32, device="meta") if on_demand else None
     _, args, meta = launch_args(q, q, q, torch.empty_like(q), lse, causal, 0.125, stages, mask, pingpong,
-                                132 if persistent or on_demand else None, exp_split, prefetch_q, counter)
-    return compile_kernel_for_sm90(_attention_fwd_gluon_kernel, args, meta, NUM_WARPS, MAXNREG)
+                                132 * programs_per_sm if persistent or on_demand else None, exp_split, prefetch_q,
+                                counter, block_n, programs_per_sm)
+    return compile_kernel_for_sm90(_attention_fwd_gluon_kernel, args, meta, NUM_WARPS, REGISTERS[programs_per_sm][2])

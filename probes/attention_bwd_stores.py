@@ -49,10 +49,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels.attention import (  # noqa: E402
-    _DELTA_BLOCK_M,
-    _DELTA_WARPS,
-    _attention_bwd_delta_kernel,
-    _strides,
     attention_bwd,
     attention_fwd,
     plan_attention_backward,
@@ -61,7 +57,8 @@ from kernels.reference_attention import attention_backward_float64  # noqa: E402
 from probes.attention_forms import (  # noqa: E402
     ALTERNATING_CLOCK,
     alternating_rounds,
-    median_of_three_us,
+    backward,
+    cudnn_backward_us,
     rel_error,
     replace_once,
 )
@@ -147,22 +144,6 @@ def compile_for_sm90(causal: bool, head_dim: int = HEAD_DIM) -> tuple:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def backward(kv, dq_module, q, k, v, o, lse, do, causal: bool, scale: float, plans, poison: bool = False) -> tuple:
-    """(dQ, dK, dV) by the three launches of attention_bwd's Gluon path, with the given kernels' modules."""
-    kv_plan, q_plan = plans
-    batch, n_heads, seq_q, head_dim = q.shape
-    make = (lambda t: torch.full_like(t, float("nan"))) if poison else torch.empty_like
-    dq, dk, dv = make(q), make(k), make(v)
-    delta = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=q.device)
-    _attention_bwd_delta_kernel[(triton.cdiv(seq_q, _DELTA_BLOCK_M) * batch * n_heads,)](
-        o, do, delta, seq_q, n_heads, *_strides(o), *_strides(do), HEAD_DIM=head_dim, BLOCK_M=_DELTA_BLOCK_M,
-        num_warps=_DELTA_WARPS)
-    lse = lse.contiguous()
-    kv.attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale, None, kv_plan.num_stages)
-    dq_module.attention_bwd_q_gluon(q, k, v, do, lse, delta, dq, causal, scale, None, q_plan.num_stages)
-    return dq, dk, dv
-
-
 def _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal):
     q = torch.randn(batch, heads, seq_q, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
     k, v = (torch.randn(batch, kv_heads, seq_k, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -190,18 +171,6 @@ def _checks(forms, gen) -> list[dict]:
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
-
-
-def _cudnn_backward_us(q, k, v, do, causal: bool, scale: float) -> float:
-    """cuDNN's backward alone: the gradients of one saved SDPA forward, do_bench median of three."""
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        out = F.scaled_dot_product_attention(*leaves, scale=scale, is_causal=causal)
-
-    def run():
-        return torch.autograd.grad(out, leaves, do, retain_graph=True)
-
-    return median_of_three_us(run)
 
 
 def main() -> int:
@@ -233,7 +202,7 @@ def main() -> int:
             row.update(alternating_rounds({
                 "plan": lambda: attention_bwd(q, k, v, o, lse, do, causal, scale, plans),
                 "pair-store": lambda: backward(*forms, q, k, v, o, lse, do, causal, scale, plans)}, ROUNDS))
-            row["cudnn"] = {"us": _cudnn_backward_us(q, k, v, do, causal, scale)}
+            row["cudnn"] = {"us": cudnn_backward_us(q, k, v, do, causal, scale)}
             row["pair_store_over_plan"] = row["pair-store"]["us"] / row["plan"]["us"]
             row["cudnn_over_plan"] = row["cudnn"]["us"] / row["plan"]["us"]
             row["cudnn_over_pair_store"] = row["cudnn"]["us"] / row["pair-store"]["us"]

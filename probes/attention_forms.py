@@ -1,13 +1,16 @@
-"""What the attention probes share: editing a copy of kernels/attention_gluon.py's source (one replacement at a
-time, and the TMA epilogue's edit, which more than one probe builds on), one check shape's inputs with the
-plan's and a float64 reference's outputs, which every form is held to before it is timed, and the clocks the
-forms and cuDNN are timed on. Shared by probes; not a probe itself.
+"""What the attention probes share: editing a copy of a kernel module's source (one replacement at a time, and
+the TMA epilogue's edit, which more than one probe builds on) and importing that copy, one check shape's inputs
+with the plan's and a float64 reference's outputs, which every form is held to before it is timed, and the clocks
+the forms and cuDNN are timed on. Shared by probes; not a probe itself.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
+import sys
+from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -15,7 +18,14 @@ import torch.nn.functional as F
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from kernels.attention import attention_fwd, plan_attention
+from kernels.attention import (
+    _DELTA_BLOCK_M,
+    _DELTA_WARPS,
+    _attention_bwd_delta_kernel,
+    _strides,
+    attention_fwd,
+    plan_attention,
+)
 from kernels.reference_attention import attention_float64
 
 
@@ -24,6 +34,18 @@ def replace_once(text: str, old: str, new: str, where: str = "kernels/attention_
     if text.count(old) != 1:
         raise RuntimeError(f"{where} no longer holds exactly one {old!r}")
     return text.replace(old, new)
+
+
+def module_from_source(folder: Path, name: str, text: str):
+    """`text` imported as the module `name` (Gluon reads a kernel's source from its file, so it is written out
+    into `folder` first)."""
+    path = folder / f"{name}.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def with_tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str, str]:
@@ -112,5 +134,37 @@ def cudnn_forward(q, k, v, causal: bool, scale: float):
     """A call of cuDNN's attention forward through SDPA with that backend pinned, on these inputs."""
     def run():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal)
+            return F.scaled_dot_product_attention(q, k, v, scale=scale, is_causal=causal,
+                                                  enable_gqa=q.shape[1] != k.shape[1])
     return run
+
+
+def cudnn_backward_us(q, k, v, do, causal: bool, scale: float) -> float:
+    """cuDNN's backward alone: the gradients of one saved SDPA forward, do_bench median of three."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        out = F.scaled_dot_product_attention(*leaves, scale=scale, is_causal=causal,
+                                             enable_gqa=q.shape[1] != k.shape[1])
+
+    def run():
+        return torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+    return median_of_three_us(run)
+
+
+def backward(kv, dq_module, q, k, v, o, lse, do, causal: bool, scale: float, plans, poison: bool = False,
+             key_mask=None) -> tuple:
+    """(dQ, dK, dV) by the three launches of attention_bwd's Gluon path (the delta pass, dK/dV, dQ), with the
+    given modules' dK/dV and dQ kernels; poison: the gradients start as NaN."""
+    kv_plan, q_plan = plans
+    batch, n_heads, seq_q, head_dim = q.shape
+    make = (lambda t: torch.full_like(t, float("nan"))) if poison else torch.empty_like
+    dq, dk, dv = make(q), make(k), make(v)
+    delta = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=q.device)
+    _attention_bwd_delta_kernel[(triton.cdiv(seq_q, _DELTA_BLOCK_M) * batch * n_heads,)](
+        o, do, delta, seq_q, n_heads, *_strides(o), *_strides(do), HEAD_DIM=head_dim, BLOCK_M=_DELTA_BLOCK_M,
+        num_warps=_DELTA_WARPS)
+    lse = lse.contiguous()
+    kv.attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, kv_plan.num_stages)
+    dq_module.attention_bwd_q_gluon(q, k, v, do, lse, delta, dq, causal, scale, key_mask, q_plan.num_stages)
+    return dq, dk, dv

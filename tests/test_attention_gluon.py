@@ -101,6 +101,33 @@ def test_gradients_through_the_triton_backward(dtype, causal, gen):
 
 
 @gpu
+@pytest.mark.parametrize("tiles", [(64, 2), (64, 1), (128, 1)], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s[-1] == 64] + [(3, 16, 4, 1500, 1700, 64)], ids=str)
+def test_head_dim_64_at_either_tile(shape, causal, tiles, gen):
+    # Head dim 64 runs 64-key tiles two programs an SM or 128-key tiles one program an SM by the plan's key count
+    # (kernels/attention_choice.py); each, and 64-key tiles one program an SM, against float64 at every shape,
+    # with and without a key mask, into NaN-poisoned outputs.
+    from dataclasses import replace
+
+    plan = replace(plan_attention(shape[3], 64, torch.bfloat16, causal, seq_k=shape[4], impl="gluon"),
+                   block_n=tiles[0], programs_per_sm=tiles[1])
+    q, k, v = _inputs(shape, torch.bfloat16, "cuda", gen)
+    o = torch.full_like(q, math.nan)
+    lse = torch.full(q.shape[:3], math.nan, dtype=torch.float32, device=q.device)
+    attention_fwd(q, k, v, causal, 0.125, plan, out=o, lse=lse)
+    _check_forward(o, lse, q, k, v, causal)
+    mask = torch.rand(shape[0], shape[4], generator=gen) > 0.35
+    mask[0] = False
+    mask = mask.cuda()
+    o.fill_(math.nan)
+    lse.fill_(math.nan)
+    attention_fwd(q, k, v, causal, 0.125, plan, out=o, lse=lse, key_mask=mask)
+    _check_forward(o, lse, q, k, v, causal, key_mask=mask)
+    assert torch.equal(o[0], torch.zeros_like(o[0])) and bool((lse[0] == -math.inf).all())
+
+
+@gpu
 @pytest.mark.parametrize("prefetch_q,on_demand", [(True, False), (False, False), (True, True), (False, True)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [(4, 8, 2, 2049, 2049, 128), (3, 16, 4, 1500, 1700, 64), (8, 8, 8, 777, 300, 128)],
@@ -290,7 +317,9 @@ CHOICES = [
     ("auto", HOPPER, True, 128, torch.bfloat16, True, False, 64, 8192, False, "triton"),  # decode-like query block
     ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 1024, 1024, False, "gluon"),  # head dim 64, no mask
     ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 1024, 1023, False, "triton"),
-    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 8192, 8192, True, "triton"),  # causal: slower at 64
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 8192, 8192, True, "gluon"),  # head dim 64, causal
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 1024, 1024, True, "gluon"),  # from 1,024 keys
+    ("auto", HOPPER, True, 64, torch.bfloat16, True, False, 1023, 1023, True, "triton"),
     ("auto", (8, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, False, "triton"),  # Ampere
     ("auto", (10, 0), True, 128, torch.bfloat16, True, False, 4096, 4096, False, "triton"),  # Blackwell: no wgmma
     ("auto", None, True, 128, torch.bfloat16, True, True, 4096, 4096, False, "triton"),  # the interpreter
@@ -340,7 +369,8 @@ def test_the_preference_table():
         assert attn.gluon_preferred(head_dim, 4096, keys, causal)
         assert not attn.gluon_preferred(head_dim, 4096, keys - 1, causal)
         assert not attn.gluon_preferred(head_dim, attn.SHORT_QUERY_MAX, 4096, causal)
-    assert not any(attn.gluon_preferred(64, s, s, True) for s in (128, 4096, 65536))  # never causal at 64
+    assert not any(attn.gluon_preferred(head_dim, s, s, causal) for s in (128, 511) for head_dim in (64, 128)
+                   for causal in (False, True))  # below 512 keys: not timed, never
     assert importlib.import_module("kernels.attention_choice").GLUON_MAX_SHORT_QUERIES == attn.SHORT_QUERY_MAX
 
 
@@ -352,6 +382,34 @@ def test_asking_for_gluon_where_it_cannot_run_says_why(facts):
         choose_forward_impl("gluon", *facts, True)
     with pytest.raises(ValueError, match="impl must be one of"):
         choose_forward_impl("cuda", *facts, True)
+
+
+def test_the_gluon_forward_tiles_by_head_dim_mask_and_keys():
+    # Round attention-head-dim-64: 64-key tiles two programs an SM at head dim 64 with the causal mask below
+    # GLUON_TWO_PROGRAMS_BELOW_KEYS keys, 128-key tiles one program an SM everywhere else.
+    below = attn.GLUON_TWO_PROGRAMS_BELOW_KEYS[64, True]
+    for seq, causal, head_dim, tiles in ((below - 1, True, 64, (64, 2)), (17, True, 64, (64, 2)),
+                                         (below, True, 64, (128, 1)), (below - 1, False, 64, (128, 1)),
+                                         (below - 1, True, 128, (128, 1)), (65536, True, 64, (128, 1))):
+        assert attn.gluon_forward_tiles(head_dim, seq, causal) == tiles
+        plan = plan_attention(seq, head_dim, torch.bfloat16, causal, impl="gluon")
+        assert (plan.block_n, plan.programs_per_sm) == tiles
+        # by the keys, not the queries
+        assert plan_attention(8, head_dim, torch.bfloat16, causal, seq_k=seq, impl="gluon").block_n == tiles[0]
+    assert plan_attention(1024, 64, torch.bfloat16, True).programs_per_sm == 1  # the Triton forward: no such choice
+
+
+@pytest.mark.parametrize("head_dim,block_n,programs", [(128, 64, 1), (128, 64, 2), (128, 128, 2), (64, 128, 2),
+                                                       (64, 32, 1), (64, 64, 3)])
+def test_tiles_the_gluon_forward_does_not_run_are_refused(head_dim, block_n, programs):
+    from kernels.attention_gluon import check_tiles, launch_args
+
+    with pytest.raises(ValueError, match="runs 128-key tiles one program an SM, or at head dim 64"):
+        check_tiles(head_dim, block_n, programs)
+    q = torch.empty(1, 2, 256, head_dim, dtype=torch.bfloat16, device="meta")
+    lse = torch.empty(1, 2, 256, dtype=torch.float32, device="meta")
+    with pytest.raises(ValueError, match=f"got {block_n}-key tiles, {programs} program"):
+        launch_args(q, q, q, q, lse, True, 0.1, 3, block_n=block_n, programs_per_sm=programs)
 
 
 def test_the_plan_names_its_kernel():
@@ -381,15 +439,20 @@ def test_a_bad_impl_is_named(device, gen):
 
 
 _BUILD = """
-import json, torch
+import json, re, torch
 from kernels.attention_gluon import compile_for_sm90
 from kernels import attention_bwd_gluon, attention_bwd_q_gluon
 for backward in (attention_bwd_gluon, attention_bwd_q_gluon):
     assert "wgmma.mma_async" in backward.compile_for_sm90(128, torch.bfloat16, True, True).asm["ptx"]
 c = compile_for_sm90(128, torch.bfloat16, True, False, 2, persistent=True)
 ptx = c.asm["ptx"]
+two = compile_for_sm90(64, torch.bfloat16, True, True, 3, persistent=True, on_demand=True, block_n=64,
+                       programs_per_sm=2)
 print(json.dumps({"shared": c.metadata.shared, "wgmma": "wgmma.mma_async" in ptx,
-                  "tma": "cp.async.bulk.tensor" in ptx, "setmaxnreg": "setmaxnreg" in ptx}))
+                  "tma": "cp.async.bulk.tensor" in ptx, "setmaxnreg": "setmaxnreg" in ptx,
+                  "two_programs_shared": two.metadata.shared, "two_programs_maxnreg": ".maxnreg 80" in two.asm["ptx"],
+                  "two_programs_consumer_regs": bool(re.search(r"setmaxnreg.inc.sync.aligned.u32\\s+104;",
+                                                               two.asm["ptx"]))}))
 """
 
 
@@ -402,8 +465,12 @@ def test_the_gluon_forward_builds_for_sm90_without_a_gpu():
     out = run_python(["-c", _BUILD], cwd=root, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     facts = json.loads(out.stdout.strip().splitlines()[-1])
-    assert facts == {"shared": facts["shared"], "wgmma": True, "tma": True, "setmaxnreg": True}
+    assert facts == {**facts, "wgmma": True, "tma": True, "setmaxnreg": True, "two_programs_maxnreg": True,
+                     "two_programs_consumer_regs": True}
     assert facts["shared"] <= 227 * 1024
+    # 64-key tiles at head dim 64: two programs' 12 warps at 80 registers a thread and their shared memory (with
+    # the 1 KB each program reserves) fit one SM's 65,536 registers and 228 KB
+    assert 2 * (facts["two_programs_shared"] + 1024) <= 228 * 1024 and 2 * 12 * 32 * 80 <= 65536
 
 
 def test_the_gluon_forward_plans_its_persistent_grid_by_the_mask():

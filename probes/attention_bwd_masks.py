@@ -75,7 +75,8 @@ CANDIDATES = ("the plan (kernels/attention.py's backward, Gluon kernels: the mas
 SHAPES = ("checks: head dim 128, bf16, causal and not, ragged lengths, more keys than queries and the reverse, 33 "
           "queries over 5,000 keys, grouped-query heads, a key mask; timed: head dim 128, bf16, B x S = 16,384, 16 "
           "heads, S = 2,048 / 3,000 / 4,096 / 8,192, causal and not; 16 heads over 4, causal, S = 8,192 / 16,384")
-OUTPUTS = {}
+OUTPUTS = {"attention-bwd-masks": ("notes/probes/2026-11-28-h200-attention-bwd-masks.json",
+                                "notes/probes/2026-11-28-h200-attention-bwd-masks-gqa.json")}
 
 HEAD_DIM, HEADS = 128, 16
 ROUNDS = 12

@@ -74,7 +74,8 @@ CANDIDATES = ("triton: the Triton forward as its plan launches it",
 SHAPES = ("checks: head dim 64, bf16 and fp16, causal and not, ragged lengths, more keys than queries and the "
           "reverse, grouped-query heads, a key mask; timed: head dim 64, bf16, B x S = 16,384, 32 heads, S = 512 / "
           "1,024 / 2,048 / 4,096 / 8,192 / 16,384, causal and not")
-OUTPUTS = {}
+OUTPUTS = {"attention-head-dim-64": ("notes/probes/2026-11-28-h200-attention-head-dim-64.json",
+                                  "notes/probes/2026-11-28-h200-attention-head-dim-64-3000.json")}
 
 HEAD_DIM, HEADS = 64, 32
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)

@@ -20,7 +20,8 @@ instrument, not evidence.
 The output kept in notes/probes (round attention-short-keys) was taken over 705cbdf with O's 16-byte stores
 applied, before the rule moved and before the causal plan took its tiles on demand: there the causal Gluon plan
 is one program a query tile (its rows' gluon_persistent is false), the unmasked one the persistent grid with one
-Q buffer, and the rows carry no gluon_on_demand or auto field.
+Q buffer, and the rows carry no gluon_on_demand or auto field. The second (round attention-short-keys-on-demand,
+H200) ran this file over 130bf09: the causal Gluon plan took its tiles on demand, at head dim 64 too.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ CANDIDATES = ("triton: the Triton forward (kernels/attention_kernels.py) as its 
               "causal mask",
               "cuDNN through SDPA")
 SHAPES = "bf16, B x S = 16,384, 16 heads, S = 512 / 1,024 / 2,048, head dims 128 and 64, causal and not"
-OUTPUTS = {"attention-short-keys": ("notes/probes/2026-11-28-h100-attention-short-keys.json", )}
+OUTPUTS = {"attention-short-keys": ("notes/probes/2026-11-28-h100-attention-short-keys.json", ),
+           "attention-short-keys-on-demand": ("notes/probes/2026-11-28-h200-attention-short-keys-on-demand.json", )}
 
 LENGTHS = (512, 1024, 2048)
 HEAD_DIMS = (128, 64)

@@ -26,8 +26,9 @@ two kernels) and the same three launches with each form's kernels, in twelve alt
 triton.testing.do_bench runs a shape (the medians of the rounds; the L2 flushed), at attention-bwd's
 head-dim-128 shapes (bf16, B x S = 16,384, 16 heads, S = 2,048 / 3,000 / 4,096 / 8,192, causal and not; 16
 query heads over 4 key/value heads, causal, at 8,192 and 16,384); cuDNN's backward (SDPA) after them, do_bench
-median of three. --gqa-only times the grouped-query shapes alone (attention_bwd_masks_gqa.json). GPU time. A
-tuning instrument, not evidence.
+median of three. --gqa-only times the grouped-query shapes alone (attention_bwd_masks_gqa.json);
+--head-dim-64 checks and times at head dim 64 instead (32 heads; causal at 1,024 / 3,000 / 4,096 keys and 3,000
+without the mask; attention_bwd_masks_d64.json). GPU time. A tuning instrument, not evidence.
 
 The first output kept in notes/probes (round attention-bwd-masks) was taken over 130bf09, before the plan took
 the change: the plan then masked every tile and the forms were the candidates, "edge-masks" (both kernels
@@ -76,7 +77,8 @@ SHAPES = ("checks: head dim 128, bf16, causal and not, ragged lengths, more keys
           "queries over 5,000 keys, grouped-query heads, a key mask; timed: head dim 128, bf16, B x S = 16,384, 16 "
           "heads, S = 2,048 / 3,000 / 4,096 / 8,192, causal and not; 16 heads over 4, causal, S = 8,192 / 16,384")
 OUTPUTS = {"attention-bwd-masks": ("notes/probes/2026-11-28-h200-attention-bwd-masks.json",
-                                "notes/probes/2026-11-28-h200-attention-bwd-masks-gqa.json")}
+                                "notes/probes/2026-11-28-h200-attention-bwd-masks-gqa.json",
+                                "notes/probes/2026-11-28-h200-attention-bwd-masks-d64.json")}
 
 HEAD_DIM, HEADS = 128, 16
 ROUNDS = 12
@@ -88,6 +90,8 @@ CHECKS = ((2, 4, 4, 1000, 1500, False, False), (2, 4, 4, 1000, 1500, True, False
 # (batch, heads, kv heads, seq, causal)
 TIMED = tuple((16384 // s, HEADS, HEADS, s, c) for c in (False, True) for s in (2048, 3000, 4096, 8192)) + \
     tuple((16384 // s, HEADS, 4, s, True) for s in (8192, 16384))
+# --head-dim-64: attention-bwd's head-dim-64 points (32 heads) where its run at 2641de3 fell or the change bites
+TIMED_64 = ((16, 32, 32, 1024, True), (5, 32, 32, 3000, True), (4, 32, 32, 4096, True), (5, 32, 32, 3000, False))
 
 # The change the plan took, as (every-tile text, plan text) pairs a file: the every-tile forms apply them
 # backwards, each plan text found exactly once.
@@ -158,17 +162,17 @@ def compile_for_sm90(causal: bool, key_mask: bool = False) -> tuple:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal, masked=False):
-    q = torch.randn(batch, heads, seq_q, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k, v = (torch.randn(batch, kv_heads, seq_k, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
+def _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal, masked=False, head_dim=HEAD_DIM):
+    q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
             for _ in range(2))
     key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
     if key_mask is not None:
         key_mask[0, :] = False  # a batch whose rows see no key
     do = torch.randn_like(q)
-    scale = 1 / math.sqrt(HEAD_DIM)
+    scale = 1 / math.sqrt(head_dim)
     o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask)
-    plans = plan_attention_backward(seq_q, HEAD_DIM, torch.bfloat16, causal, impl="gluon")
+    plans = plan_attention_backward(seq_q, head_dim, torch.bfloat16, causal, impl="gluon")
     return q, k, v, o, lse, do, scale, plans, key_mask
 
 
@@ -176,14 +180,14 @@ def _equal(a: tuple, b: tuple) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-def _checks(forms, gen) -> list[dict]:
+def _checks(forms, gen, head_dim: int = HEAD_DIM) -> list[dict]:
     rows = []
     for batch, heads, kv_heads, seq_q, seq_k, causal, masked in CHECKS:
         q, k, v, o, lse, do, scale, plans, key_mask = _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal,
-                                                              masked)
+                                                              masked, head_dim)
         planned = attention_bwd(q, k, v, o, lse, do, causal, scale, plans, key_mask=key_mask)
         ref = attention_backward_float64(q, k, v, do, causal, scale, key_mask=key_mask)
-        row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, HEAD_DIM], "causal": causal, "key_mask": masked}
+        row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "causal": causal, "key_mask": masked}
         for name, modules in forms.items():
             got = backward(*modules, q, k, v, o, lse, do, causal, scale, plans, poison=True, key_mask=key_mask)
             row[name] = {"equal_to_plan": _equal(got, planned),
@@ -195,27 +199,30 @@ def _checks(forms, gen) -> list[dict]:
 
 def main() -> int:
     gqa_only = "--gqa-only" in sys.argv[1:]
-    paths = [a for a in sys.argv[1:] if a != "--gqa-only"]
+    head_dim = 64 if "--head-dim-64" in sys.argv[1:] else HEAD_DIM
+    paths = [a for a in sys.argv[1:] if not a.startswith("--")]
     out_dir = Path(paths[0] if paths else ".")
     out_dir.mkdir(parents=True, exist_ok=True)
-    output = out_dir / ("attention_bwd_masks_gqa.json" if gqa_only else "attention_bwd_masks.json")
+    output = out_dir / ("attention_bwd_masks_gqa.json" if gqa_only else
+                        "attention_bwd_masks_d64.json" if head_dim == 64 else "attention_bwd_masks.json")
     result = {**environment(), "question": QUESTION, "shapes": SHAPES, "clock": ALTERNATING_CLOCK}
     folder = Path(tempfile.mkdtemp(prefix="bwd-masks-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     forms = load_forms(folder)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261130)
-    result["checks"] = _checks(forms, gen)
+    result["checks"] = _checks(forms, gen, head_dim)
     result["all_equal"] = all(r[name]["equal_to_plan"] for r in result["checks"] for name in forms)
     write_output(output, result)
     if not result["all_equal"]:
         print("an every-tile backward differs from the plan: nothing timed", flush=True)
         return 1
     result["experiment"] = []
-    for batch, heads, kv_heads, seq, causal in TIMED:
+    for batch, heads, kv_heads, seq, causal in (TIMED_64 if head_dim == 64 else TIMED):
         if gqa_only and kv_heads == heads:
             continue
-        q, k, v, o, lse, do, scale, plans, _ = _inputs(gen, batch, heads, kv_heads, seq, seq, causal)
+        q, k, v, o, lse, do, scale, plans, _ = _inputs(gen, batch, heads, kv_heads, seq, seq, causal,
+                                                       head_dim=head_dim)
         planned = attention_bwd(q, k, v, o, lse, do, causal, scale, plans)
         row = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq": seq, "causal": causal,
                "equal_to_plan": {name: _equal(backward(*modules, q, k, v, o, lse, do, causal, scale, plans), planned)

@@ -60,11 +60,12 @@ from probes.attention_forms import (  # noqa: E402
     alternating_rounds,
     backward,
     cudnn_backward_us,
+    draw_inputs,
     module_from_source,
     rel_error,
     replace_once,
 )
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = ("Does the Gluon backward run faster when only the tiles that hold a hidden pair go through the "
             "masks?")
@@ -163,12 +164,7 @@ def compile_for_sm90(causal: bool, key_mask: bool = False) -> tuple:
 
 
 def _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal, masked=False, head_dim=HEAD_DIM):
-    q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=torch.bfloat16, generator=gen)
-            for _ in range(2))
-    key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
-    if key_mask is not None:
-        key_mask[0, :] = False  # a batch whose rows see no key
+    q, k, v, key_mask = draw_inputs(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, torch.bfloat16, masked)
     do = torch.randn_like(q)
     scale = 1 / math.sqrt(head_dim)
     o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask)
@@ -237,9 +233,7 @@ def main() -> int:
             if name != "plan":
                 row[f"{name}_over_plan"] = row[name]["us"] / row["plan"]["us"]
             row[f"cudnn_over_{name}"] = row["cudnn"]["us"] / row[name]["us"]
-        result["experiment"].append(row)
-        print(json.dumps(row), flush=True)
-        write_output(output, result)
+        add_row(output, result, row)
     return 0
 
 

@@ -43,7 +43,7 @@ from kernels.attention import (  # noqa: E402
 from kernels.attention_bwd_gluon import attention_bwd_kv_gluon  # noqa: E402
 from kernels.attention_bwd_q_gluon import attention_bwd_q_gluon  # noqa: E402
 from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, cudnn_backward_us  # noqa: E402
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = "Where does the Gluon backward lose with grouped-query heads, in the dK/dV kernel or the dQ kernel?"
 CANDIDATES = ("delta: the delta pass alone", "kv: the Gluon dK/dV kernel alone", "q: the Gluon dQ kernel alone",
@@ -116,9 +116,7 @@ def main() -> int:
         row["cudnn"] = {"us": cudnn_backward_us(q, k, v, do, causal, scale)}
         row["parts_over_whole"] = sum(row[n]["us"] for n in ("delta", "kv", "q")) / row["whole"]["us"]
         row["cudnn_over_whole"] = row["cudnn"]["us"] / row["whole"]["us"]
-        result["experiment"].append(row)
-        print(json.dumps(row), flush=True)
-        write_output(output, result)
+        add_row(output, result, row)
         del q, k, v, o, do
     return 0
 

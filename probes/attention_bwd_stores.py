@@ -62,7 +62,7 @@ from probes.attention_forms import (  # noqa: E402
     rel_error,
     replace_once,
 )
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = "Do 16-byte stores of dK, dV and dQ shorten the Gluon backward as they shortened the forward?"
 CANDIDATES = ("the plan (kernels/attention.py's backward, Gluon kernels: dK, dV and dQ in 16-byte stores)",
@@ -206,9 +206,7 @@ def main() -> int:
             row["pair_store_over_plan"] = row["pair-store"]["us"] / row["plan"]["us"]
             row["cudnn_over_plan"] = row["cudnn"]["us"] / row["plan"]["us"]
             row["cudnn_over_pair_store"] = row["cudnn"]["us"] / row["pair-store"]["us"]
-            result["experiment"].append(row)
-            print(json.dumps(row), flush=True)
-            write_output(output, result)
+            add_row(output, result, row)
     return 0
 
 

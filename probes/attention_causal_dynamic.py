@@ -56,7 +56,7 @@ from probes.attention_forms import (  # noqa: E402
     median_of_three_us,
     rel_error,
 )
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = ("Does a persistent grid that hands causal query tiles out on demand close the causal Gluon forward's "
             "gap to cuDNN?")
@@ -151,9 +151,7 @@ def main() -> int:
         row["one_tile_over_on_demand"] = row["one-tile"]["us"] / row["on-demand"]["us"]
         row["cudnn_over_one_tile"] = row["cudnn"]["us"] / row["one-tile"]["us"]
         row["cudnn_over_on_demand"] = row["cudnn"]["us"] / row["on-demand"]["us"]
-        result["experiment"].append(row)
-        print(json.dumps(row), flush=True)
-        write_output(output, result)
+        add_row(output, result, row)
         del q, k, v
     return 0
 

@@ -91,16 +91,24 @@ class CheckCase(NamedTuple):
     ref: torch.Tensor
 
 
-def check_case(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int, dtype,
-               causal: bool, masked: bool) -> CheckCase:
-    """Random inputs drawn from `gen` (a key mask, when `masked`, keeping 70% of the keys and none of batch 0's, so
-    its rows see no key), the plan's Gluon forward at them and the float64 reference."""
+def draw_inputs(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int, dtype,
+                masked: bool = False) -> tuple:
+    """(q, k, v, key_mask) drawn from `gen` on the GPU: N(0, 1) values, and a key mask, when `masked`, keeping 70%
+    of the keys and none of batch 0's, so its rows see no key (None otherwise)."""
     q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=gen)
     k, v = (torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=gen)
             for _ in range(2))
     key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
     if key_mask is not None:
         key_mask[0, :] = False  # a batch whose rows see no key
+    return q, k, v, key_mask
+
+
+def check_case(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int, dtype,
+               causal: bool, masked: bool) -> CheckCase:
+    """Random inputs drawn from `gen` (draw_inputs), the plan's Gluon forward at them and the float64
+    reference."""
+    q, k, v, key_mask = draw_inputs(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, masked)
     scale = 1 / math.sqrt(head_dim)
     plan = plan_attention(seq_q, head_dim, dtype, causal, seq_k=seq_k, impl="gluon")
     o_plan, lse_plan = attention_fwd(q, k, v, causal, scale, plan, key_mask=key_mask)

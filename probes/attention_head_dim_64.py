@@ -59,10 +59,11 @@ from probes.attention_forms import (  # noqa: E402
     ALTERNATING_CLOCK,
     alternating_rounds,
     cudnn_forward,
+    draw_inputs,
     median_of_three_us,
     rel_error,
 )
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = ("At head dim 64, do 64-key tiles with two programs an SM hide the exponentials that one program an SM "
             "cannot?")
@@ -109,12 +110,7 @@ def auto_name(seq: int, causal: bool) -> str:
 def _checks(gen) -> list[dict]:
     rows = []
     for batch, heads, kv_heads, seq_q, seq_k, dtype, causal, masked in CHECKS:
-        q = torch.randn(batch, heads, seq_q, HEAD_DIM, device="cuda", dtype=dtype, generator=gen)
-        k, v = (torch.randn(batch, kv_heads, seq_k, HEAD_DIM, device="cuda", dtype=dtype, generator=gen)
-                for _ in range(2))
-        key_mask = torch.rand(batch, seq_k, device="cuda", generator=gen) < 0.7 if masked else None
-        if key_mask is not None:
-            key_mask[0, :] = False  # a batch whose rows see no key
+        q, k, v, key_mask = draw_inputs(gen, batch, heads, kv_heads, seq_q, seq_k, HEAD_DIM, dtype, masked)
         scale = 1 / math.sqrt(HEAD_DIM)
         ref = attention_float64(q, k, v, causal, scale, key_mask=key_mask)
         plan = plan_attention(seq_q, HEAD_DIM, dtype, causal, seq_k=seq_k, impl="gluon")
@@ -204,9 +200,7 @@ def main() -> int:
             row["cudnn"] = {"us": median_of_three_us(cudnn_forward(q, k, v, causal, scale))}
             for name in runs:
                 row[f"cudnn_over_{name}"] = row["cudnn"]["us"] / row[name]["us"]
-            result["experiment"].append(row)
-            print(json.dumps(row), flush=True)
-            write_output(output, result)
+            add_row(output, result, row)
             del q, k, v
     return 0
 

@@ -27,7 +27,6 @@ H200) ran this file over 130bf09: the causal Gluon plan took its tiles on demand
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import sys
 from pathlib import Path
@@ -47,7 +46,7 @@ from probes.attention_forms import (  # noqa: E402
     median_of_three_us,
     rel_error,
 )
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import add_row, environment  # noqa: E402
 
 QUESTION = "With O in 16-byte stores, does the Gluon forward now beat the Triton forward at 512-1,024 keys?"
 CANDIDATES = ("triton: the Triton forward (kernels/attention_kernels.py) as its plan launches it",
@@ -106,9 +105,7 @@ def main() -> int:
                     row["triton_over_gluon"] = row["triton"]["us"] / row["gluon"]["us"]
                 for impl in runs:
                     row[f"cudnn_over_{impl}"] = row["cudnn"]["us"] / row[impl]["us"]
-                result["experiment"].append(row)
-                print(json.dumps(row), flush=True)
-                write_output(output, result)
+                add_row(output, result, row)
                 del q, k, v
     return 0
 

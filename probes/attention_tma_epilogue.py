@@ -62,7 +62,7 @@ from probes.attention_forms import (  # noqa: E402
     replace_once,
     with_tma_epilogue,
 )
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = ("Does storing O through shared memory with a TMA copy take the Gluon forward's epilogue off its "
             "consumers?")
@@ -230,9 +230,7 @@ def where(out_dir: Path, result: dict) -> int:
         row["cudnn"] = {"us": median_of_three_us(cudnn)}
         for name in ("no-store", "l2-resident", "pair-store"):
             row[name]["plan_minus_us"] = row["plan"]["us"] - row[name]["us"]
-        result["experiment"].append(row)
-        print(json.dumps(row), flush=True)
-        write_output(output, result)
+        add_row(output, result, row)
         del slab, o_other, o_plan, o_pairs
     return 0
 
@@ -324,9 +322,7 @@ def main() -> int:
                 row[name].update(us=us, tflops=flops / us / 1e6)
         row["tma_over_cudnn"] = row["cudnn"]["us"] / row["tma"]["us"]
         row["plan_over_cudnn"] = row["cudnn"]["us"] / row["plan"]["us"]
-        result["experiment"].append(row)
-        print(json.dumps(row), flush=True)
-        write_output(output, result)
+        add_row(output, result, row)
     return 0
 
 

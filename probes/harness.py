@@ -100,6 +100,13 @@ def write_output(path: Path, result: dict) -> None:
     Path(path).write_text(json.dumps(result, indent=1))
 
 
+def add_row(path: Path, result: dict, row: dict, key: str = "experiment") -> None:
+    """`row` appended to result[key], printed as one line of JSON, and the output written again."""
+    result[key].append(row)
+    print(json.dumps(row), flush=True)
+    write_output(path, result)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Timing: checked candidates on the lab's clock
 # --------------------------------------------------------------------------------------------------------

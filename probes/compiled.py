@@ -51,3 +51,19 @@ def ptxas_registers(compiled, arch: int) -> tuple[int, int]:
                                  str(Path(tmp) / "kernel.cubin")], capture_output=True, text=True, check=True).stderr
     registers = int(re.findall(r"Used (\d+) registers", report)[-1])
     return registers, sum(int(v) for v in re.findall(r"(\d+) bytes spill stores", report))
+
+
+def loop_bodies(sass: str) -> list[list[str]]:
+    """Instruction lists of the backward branches' bodies (the loops), longest first."""
+    labels, ins = {}, []
+    for line in sass.splitlines():
+        if m := re.match(r"^\s*(\.L_x_\d+):", line):
+            labels[m.group(1)] = len(ins)
+        elif m := re.match(r"^\s*/\*[0-9a-f]+\*/\s+(.*?);", line):
+            ins.append(m.group(1))
+    bodies = []
+    for i, text in enumerate(ins):
+        m = re.search(r"BRA (?:`\()?(\.L_x_\d+)", text)
+        if m and labels.get(m.group(1), i) < i:
+            bodies.append(ins[labels[m.group(1)]:i + 1])
+    return sorted(bodies, key=len, reverse=True)

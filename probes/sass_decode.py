@@ -32,6 +32,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from kernels import dequant_linear as dl  # noqa: E402
 from kernels import rmsnorm_gemv as rg  # noqa: E402
 from kernels._gemv import GemvPlan  # noqa: E402
+from probes.compiled import loop_bodies  # noqa: E402
 
 QUESTION = ("What does the inner loop of each decode GEMV kernel compile to on sm_90a: instructions a weight, "
             "conversions, loads?")
@@ -50,22 +51,6 @@ def compile_kernel(fn, signature: dict, constexprs: dict, num_warps: int):
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if signature[n].startswith("*") or n in ALIGNED}
     src = ASTSource(fn=fn, signature={**signature, **{c: "constexpr" for c in constexprs}}, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": 1})
-
-
-def loop_bodies(sass: str) -> list[list[str]]:
-    """Instruction lists of the backward branches' bodies (the loops), longest first."""
-    labels, ins = {}, []
-    for line in sass.splitlines():
-        if m := re.match(r"^\s*(\.L_x_\d+):", line):
-            labels[m.group(1)] = len(ins)
-        elif m := re.match(r"^\s*/\*[0-9a-f]+\*/\s+(.*?);", line):
-            ins.append(m.group(1))
-    bodies = []
-    for i, text in enumerate(ins):
-        m = re.search(r"BRA (?:`\()?(\.L_x_\d+)", text)
-        if m and labels.get(m.group(1), i) < i:
-            bodies.append(ins[labels[m.group(1)]:i + 1])
-    return sorted(bodies, key=len, reverse=True)
 
 
 def report(label: str, kernel, weights_per_thread: float) -> None:

@@ -61,11 +61,9 @@ from probes.attention_forms import (  # noqa: E402
     backward,
     cudnn_backward_us,
     draw_inputs,
-    module_from_source,
     rel_error,
-    replace_once,
 )
-from probes.harness import add_row, environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, module_from_source, replace_once, write_output  # noqa: E402
 
 QUESTION = ("Does the Gluon backward run faster when only the tiles that hold a hidden pair go through the "
             "masks?")

@@ -60,9 +60,8 @@ from probes.attention_forms import (  # noqa: E402
     backward,
     cudnn_backward_us,
     rel_error,
-    replace_once,
 )
-from probes.harness import add_row, environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, replace_once, write_output  # noqa: E402
 
 QUESTION = "Do 16-byte stores of dK, dV and dQ shorten the Gluon backward as they shortened the forward?"
 CANDIDATES = ("the plan (kernels/attention.py's backward, Gluon kernels: dK, dV and dQ in 16-byte stores)",

@@ -1,16 +1,13 @@
-"""What the attention probes share: editing a copy of a kernel module's source (one replacement at a time, and
-the TMA epilogue's edit, which more than one probe builds on) and importing that copy, one check shape's inputs
-with the plan's and a float64 reference's outputs, which every form is held to before it is timed, and the clocks
+"""What the attention probes share: the TMA epilogue's edit of kernels/attention_gluon.py's source, which more
+than one probe builds on (probes/harness.py edits and imports a copy of a module's text), one check shape's
+inputs with the plan's and a float64 reference's outputs, which every form is held to before it is timed, and the clocks
 the forms and cuDNN are timed on. Shared by probes; not a probe itself.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
-import sys
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
@@ -27,25 +24,7 @@ from kernels.attention import (
     plan_attention,
 )
 from kernels.reference_attention import attention_float64
-
-
-def replace_once(text: str, old: str, new: str, where: str = "kernels/attention_gluon.py") -> str:
-    """`text` with its one `old` replaced by `new`; an error naming `where` if `old` is not there exactly once."""
-    if text.count(old) != 1:
-        raise RuntimeError(f"{where} no longer holds exactly one {old!r}")
-    return text.replace(old, new)
-
-
-def module_from_source(folder: Path, name: str, text: str):
-    """`text` imported as the module `name` (Gluon reads a kernel's source from its file, so it is written out
-    into `folder` first)."""
-    path = folder / f"{name}.py"
-    path.write_text(text, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from probes.harness import replace_once
 
 
 def with_tma_epilogue(consumer: str, second: str, kernel: str) -> tuple[str, str, str]:

@@ -50,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import kernels.attention_gluon as AG  # noqa: E402
 from kernels._gluon_host import descriptor  # noqa: E402
 from kernels.attention import attention_fwd, plan_attention  # noqa: E402
-from probes.attention_forms import cudnn_forward, median_of_three_us, replace_once, with_tma_epilogue  # noqa: E402
-from probes.harness import environment, write_output  # noqa: E402
+from probes.attention_forms import cudnn_forward, median_of_three_us, with_tma_epilogue  # noqa: E402
+from probes.harness import environment, replace_once, write_output  # noqa: E402
 
 QUESTION = "Where does the Gluon forward's fixed cost a query tile go, phase by phase?"
 CANDIDATES = ("the plan's kernel with its consumers stamping %clock64 at seven points a turn",

@@ -59,10 +59,9 @@ from probes.attention_forms import (  # noqa: E402
     cudnn_forward,
     median_of_three_us,
     rel_error,
-    replace_once,
     with_tma_epilogue,
 )
-from probes.harness import add_row, environment, write_output  # noqa: E402
+from probes.harness import add_row, environment, replace_once, write_output  # noqa: E402
 
 QUESTION = ("Does storing O through shared memory with a TMA copy take the Gluon forward's epilogue off its "
             "consumers?")

@@ -1,5 +1,6 @@
-"""What every probe shares: the header and writer of its JSON output, the two clocks it times on, the softmax
-shape machinery the any-N rounds reuse and the attention probes' line fit. Smaller rooms beside it hold
+"""What every probe shares: the header and writer of its JSON output, a kernel module's text edited and imported
+as a form, the two clocks it times on, the softmax shape machinery the any-N rounds reuse and the attention
+probes' line fit. Smaller rooms beside it hold
 what only some probes need: probes/compiled.py (a compiled kernel's registers, spills and programs an SM),
 probes/int4_parts.py (the int4 Gluon probes' weights and plain operand) and probes/attention_forms.py (the
 attention forward's source edits and check shapes).
@@ -17,6 +18,7 @@ ceiling) is imported or touched inside the functions that use it.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import dataclasses
 import json
 import math
@@ -105,6 +107,30 @@ def add_row(path: Path, result: dict, row: dict, key: str = "experiment") -> Non
     result[key].append(row)
     print(json.dumps(row), flush=True)
     write_output(path, result)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Forms: a copy of a kernel module's text with an edit, imported
+# --------------------------------------------------------------------------------------------------------
+
+
+def replace_once(text: str, old: str, new: str, where: str = "kernels/attention_gluon.py") -> str:
+    """`text` with its one `old` replaced by `new`; an error naming `where` if `old` is not there exactly once."""
+    if text.count(old) != 1:
+        raise RuntimeError(f"{where} no longer holds exactly one {old!r}")
+    return text.replace(old, new)
+
+
+def module_from_source(folder: Path, name: str, text: str):
+    """`text` imported as the module `name` (Gluon reads a kernel's source from its file, so it is written out
+    into `folder` first)."""
+    path = folder / f"{name}.py"
+    path.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 # --------------------------------------------------------------------------------------------------------

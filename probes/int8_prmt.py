@@ -42,9 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import dequant_linear as dl  # noqa: E402
-from probes.attention_forms import module_from_source, replace_once  # noqa: E402
 from probes.compiled import loop_bodies, ptxas_registers  # noqa: E402
-from probes.harness import environment, write_output  # noqa: E402
+from probes.harness import environment, module_from_source, replace_once, write_output  # noqa: E402
 
 QUESTION = ("Does converting int8 weights with one byte permute each (PRMT) cut the int8 GEMV's instructions a "
             "weight, and its time?")

@@ -17,7 +17,9 @@ counter in global memory (an atomic add, zeroed for each launch), in the plan's 
 loads K and V once both consumers have freed them (right after a block's last products, before its dK and dV
 are stored, so the next block's loads overlap that epilogue) and streams the block's Q and dO tiles through the
 same ring, whose slots and phases run on across blocks. The consumers read the index once K and V have landed;
-the first index past the last block ends them. "strided" takes blocks pid, pid + grid, ... instead. Each tile's
+the first index past the last block ends them. "strided" takes blocks pid, pid + grid, ... instead, and
+"on-demand-tma" writes each block's dK and then dV into a shared-memory buffer of the consumer's own and hands it
+to the TMA engine (rows past the keys clipped by the descriptor), where the others store from registers. Each tile's
 arithmetic is the plan's, so dK and dV must equal the plan's bit for bit (NaN-poisoned outputs) before anything is
 timed. Everything but the loader, the consumers' outer loop, the kernel's barriers and the launch is the plan's
 (the consumer's per-tile body is written out again here, unchanged).
@@ -25,7 +27,9 @@ timed. Everything but the loader, the consumers' outer loop, the kernel's barrie
 Timing: the plan's dK/dV kernel and the forms alone, in twelve alternating rounds of short do_bench runs (the
 medians; the L2 flushed), after the delta pass, at attention-bwd's head-dim-128 shapes (bf16, B x S = 16,384,
 16 query heads over 16 or 4 key/value heads, S = 2,048 / 4,096 / 8,192 / 16,384, causal and not). GPU time. A
-tuning instrument, not evidence. Written and compiled for sm_90 on the CPU; its GPU run follows.
+tuning instrument, not evidence. Written and compiled for sm_90 on the CPU; its GPU run follows. Compiled, at head
+dim 128 a consumer spills 244 / 268 bytes without / with the causal mask on demand (the loop over blocks: run once
+it spills 72 / 152) and 144 / 240 with the TMA stores, against the plan's 84 / 168; none at head dim 64.
 """
 
 from __future__ import annotations
@@ -69,7 +73,8 @@ QUESTION = ("Does a persistent dK/dV kernel that takes its key blocks on demand 
 CANDIDATES = ("the plan's dK/dV kernel (kernels/attention_bwd_gluon.py): one program a key block",
               "on-demand: one program an SM, key blocks from a counter, the next block's K and V loading under the "
               "last one's dK/dV stores",
-              "strided: one program an SM, key blocks pid, pid + grid, ...")
+              "strided: one program an SM, key blocks pid, pid + grid, ...",
+              "on-demand-tma: on-demand, with dK and dV leaving through shared memory by TMA")
 SHAPES = ("checks: head dim 128 and 64, bf16, causal and not, ragged lengths, more keys than queries and the "
           "reverse, grouped-query heads, a key mask; timed: head dim 128, bf16, B x S = 16,384, 16 query heads over "
           "16 or 4 key/value heads, S = 2,048 / 4,096 / 8,192 / 16,384, causal and not")
@@ -83,6 +88,7 @@ CHECKS = ((2, 4, 4, 1000, 1500, 128, False, False), (2, 4, 4, 1000, 1500, 128, T
           (1, 3, 3, 33, 5000, 128, True, False), (2, 4, 4, 700, 1300, 128, False, True),
           (2, 4, 4, 640, 640, 128, True, True), (8, 16, 4, 2048, 2048, 128, True, False),
           (2, 8, 8, 1500, 1500, 64, True, False), (4, 16, 16, 2048, 2048, 128, False, False))
+FORMS = ("on-demand", "strided", "on-demand-tma")
 TIMED = tuple((16384 // s, 16, kv, s, c) for s in (2048, 4096, 8192, 16384) for c in (False, True) for kv in (16, 4))
 
 
@@ -140,10 +146,11 @@ def _loader(tile_smem, counter_ptr, q_desc, do_desc, k_desc, v_desc, q_smem, do_
 
 
 @gluon.jit
-def _consumer(tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-              dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb, stride_dkh,
-              stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, WG: gl.constexpr,
-              HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, STAGES: gl.constexpr):
+def _consumer(out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
+              dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb,
+              stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, WG: gl.constexpr,
+              HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, STAGES: gl.constexpr,
+              TMA_STORE: gl.constexpr):
     wg_n: gl.constexpr = k_smem.shape[3]
     block_m: gl.constexpr = q_smem.shape[3]
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -205,29 +212,43 @@ def _consumer(tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready
                 mbarrier.arrive(free.index(slot))
                 it += 1
         mbarrier.arrive(kv_free)  # K and V are no longer read: the next block's may load under these stores
-        rows_n = start_n + WG * wg_n + gl.arange(0, wg_n, layout=gl.SliceLayout(1, store_layout))
-        d_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
-        keep = (rows_n < seq_k)[:, None]
-        dk_base = dk_ptr + b.to(gl.int64) * stride_dkb + h_kv.to(gl.int64) * stride_dkh
-        gl.store(dk_base + rows_n.to(gl.int64)[:, None] * stride_dks + d_cols[None, :],
-                 gl.convert_layout((dk * scale).to(dk_ptr.dtype.element_ty), store_layout), mask=keep)
-        dv_base = dv_ptr + b.to(gl.int64) * stride_dvb + h_kv.to(gl.int64) * stride_dvh
-        gl.store(dv_base + rows_n.to(gl.int64)[:, None] * stride_dvs + d_cols[None, :],
-                 gl.convert_layout(dv.to(dv_ptr.dtype.element_ty), store_layout), mask=keep)
+        if TMA_STORE:  # dK, then dV, through this warpgroup's buffer and a TMA copy (rows past seq_k clipped)
+            view = out_smem.index(WG)
+            tma.store_wait(0)
+            view.reshape([wg_n, HEAD_DIM]).store((dk * scale).to(q_smem.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(dk_ptr, [b, h_kv, start_n + WG * wg_n, 0], view)
+            tma.store_wait(0)
+            view.reshape([wg_n, HEAD_DIM]).store(dv.to(q_smem.dtype))
+            fence_async_shared()
+            tma.async_copy_shared_to_global(dv_ptr, [b, h_kv, start_n + WG * wg_n, 0], view)
+        else:
+            rows_n = start_n + WG * wg_n + gl.arange(0, wg_n, layout=gl.SliceLayout(1, store_layout))
+            d_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
+            keep = (rows_n < seq_k)[:, None]
+            dk_base = dk_ptr + b.to(gl.int64) * stride_dkb + h_kv.to(gl.int64) * stride_dkh
+            gl.store(dk_base + rows_n.to(gl.int64)[:, None] * stride_dks + d_cols[None, :],
+                     gl.convert_layout((dk * scale).to(dk_ptr.dtype.element_ty), store_layout), mask=keep)
+            dv_base = dv_ptr + b.to(gl.int64) * stride_dvb + h_kv.to(gl.int64) * stride_dvh
+            gl.store(dv_base + rows_n.to(gl.int64)[:, None] * stride_dvs + d_cols[None, :],
+                     gl.convert_layout(dv.to(dv_ptr.dtype.element_ty), store_layout), mask=keep)
         i += 1
         mbarrier.wait(kv_bar, i & 1)
         t = gl.max(tile_smem.load(tile_layout), axis=0)
+    if TMA_STORE:
+        tma.store_wait(0)
 
 
 @gluon.jit
-def _consumer_1(tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-                dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb, stride_dkh,
-                stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, HEAD_DIM: gl.constexpr,
-                CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, STAGES: gl.constexpr):
-    _consumer(tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr, dk_ptr,
-              dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb, stride_dkh,
-              stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, 1, HEAD_DIM, CAUSAL, KEY_MASK,
-              STAGES)
+def _consumer_1(out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr,
+                delta_ptr, dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale,
+                stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk,
+                HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, STAGES: gl.constexpr,
+                TMA_STORE: gl.constexpr):
+    _consumer(out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
+              dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb,
+              stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, 1, HEAD_DIM, CAUSAL,
+              KEY_MASK, STAGES, TMA_STORE)
 
 
 @gluon.jit
@@ -235,14 +256,16 @@ def _persistent_kv_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, d
                           seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb, stride_dkh, stride_dks,
                           stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, counter_ptr,
                           HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr,
-                          STAGES: gl.constexpr, ON_DEMAND: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                          LOADER_REGS: gl.constexpr):
+                          STAGES: gl.constexpr, ON_DEMAND: gl.constexpr, TMA_STORE: gl.constexpr,
+                          CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr):
+    # TMA_STORE: dk_ptr and dv_ptr carry dK's and dV's tensor descriptors, and each consumer a buffer of its own.
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2] + v_desc.block_type.shape, v_desc.layout)
     tile_smem = gl.allocate_shared_memory(gl.int32, [1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    out_smem = gl.allocate_shared_memory(dtype, [2 if TMA_STORE else 1] + k_desc.block_type.shape, k_desc.layout)
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -254,46 +277,50 @@ def _persistent_kv_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, d
         mbarrier.init(free.index(i), count=2)
     fence_async_shared()
     gl.warp_specialize([
-        (_consumer, (tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
+        (_consumer, (out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
                      dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb,
                      stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, 0, HEAD_DIM,
-                     CAUSAL, KEY_MASK, STAGES)),
-        (_consumer_1, (tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
+                     CAUSAL, KEY_MASK, STAGES, TMA_STORE)),
+        (_consumer_1, (out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
                        dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb,
                        stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, HEAD_DIM,
-                       CAUSAL, KEY_MASK, STAGES)),
+                       CAUSAL, KEY_MASK, STAGES, TMA_STORE)),
         (_loader, (tile_smem, counter_ptr, q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar,
                    kv_free, ready, free, seq_q, seq_k, n_kv_heads, group, total, CAUSAL, STAGES, ON_DEMAND)),
     ], [4, 1], [KV.CONSUMER_REGS, KV.LOADER_REGS])
 
 
 def launch_args(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key_mask, programs: int, counter,
-                stages: int = KV.STAGES) -> tuple:
+                tma_store: bool = False, stages: int = KV.STAGES) -> tuple:
     """(grid, positional args, meta) of one launch: `programs` programs (tensors may be on the 'meta' device);
-    counter: one int32 at zero on q's device (on demand), or None (strided)."""
+    counter: one int32 at zero on q's device (on demand), or None (strided); tma_store: dK and dV leave by TMA
+    (they must fit descriptors)."""
     batch, n_heads, seq_q, head_dim = q.shape
     n_kv_heads, seq_k = k.shape[1], k.shape[2]
     total = triton.cdiv(seq_k, KV.BLOCK_N) * batch * n_kv_heads
     mask, stride_mb, stride_mk = key_mask_args(key_mask)
     args = (descriptor(q, KV.BLOCK_M), descriptor(do, KV.BLOCK_M), descriptor(k, KV.WARPGROUP_N),
-            descriptor(v, KV.WARPGROUP_N), lse, delta, dk, dv, mask, seq_q, seq_k, n_kv_heads, n_heads // n_kv_heads,
+            descriptor(v, KV.WARPGROUP_N), lse, delta, descriptor(dk, KV.WARPGROUP_N) if tma_store else dk,
+            descriptor(dv, KV.WARPGROUP_N) if tma_store else dv, mask, seq_q, seq_k, n_kv_heads, n_heads // n_kv_heads,
             total, scale * LOG2E, scale, dk.stride(0), dk.stride(1), dk.stride(2), dv.stride(0), dv.stride(1),
             dv.stride(2), stride_mb, stride_mk, lse if counter is None else counter)  # lse: never read then
     meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, KEY_MASK=key_mask is not None, STAGES=stages,
-                ON_DEMAND=counter is not None, CONSUMER_REGS=KV.CONSUMER_REGS, LOADER_REGS=KV.LOADER_REGS)
+                ON_DEMAND=counter is not None, TMA_STORE=tma_store, CONSUMER_REGS=KV.CONSUMER_REGS,
+                LOADER_REGS=KV.LOADER_REGS)
     return (max(1, min(total, programs)),), args, meta
 
 
 def persistent_kv(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key_mask=None,
-                  on_demand: bool = True) -> None:
+                  on_demand: bool = True, tma_store: bool = False) -> None:
     """Writes dK and dV as attention_bwd_kv_gluon does, on one program an SM."""
     counter = torch.zeros(1, dtype=torch.int32, device=q.device) if on_demand else None
     grid, args, meta = launch_args(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask,
-                                   torch.cuda.get_device_properties(q.device).multi_processor_count, counter)
+                                   torch.cuda.get_device_properties(q.device).multi_processor_count, counter,
+                                   tma_store)
     _persistent_kv_kernel[grid](*args, **meta, num_warps=KV.NUM_WARPS, maxnreg=KV.MAXNREG)
 
 
-def compile_for_sm90(head_dim: int, causal: bool, key_mask: bool, on_demand: bool = True):
+def compile_for_sm90(head_dim: int, causal: bool, key_mask: bool, on_demand: bool = True, tma_store: bool = False):
     """The form compiled for sm_90 from shapes alone (no GPU)."""
     q = torch.empty(2, 4, 1000, head_dim, dtype=torch.bfloat16, device="meta")
     k = torch.empty(2, 2, 1000, head_dim, dtype=torch.bfloat16, device="meta")
@@ -301,7 +328,7 @@ def compile_for_sm90(head_dim: int, causal: bool, key_mask: bool, on_demand: boo
     mask = torch.empty(2, 1000, dtype=torch.bool, device="meta") if key_mask else None
     counter = torch.empty(1, dtype=torch.int32, device="meta") if on_demand else None
     _, args, meta = launch_args(q, k, k, q, lse, lse, torch.empty_like(k), torch.empty_like(k), causal, 0.125, mask,
-                                132, counter)
+                                132, counter, tma_store)
     return compile_kernel_for_sm90(_persistent_kv_kernel, args, meta, KV.NUM_WARPS, KV.MAXNREG)
 
 
@@ -332,10 +359,11 @@ def forms(q, k, v, do, lse, delta, causal, scale, key_mask, kv_plan, poison=Fals
         if which == "plan":
             KV.attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, kv_plan.num_stages)
         else:
-            persistent_kv(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, which == "on-demand")
+            persistent_kv(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, which != "strided",
+                          which == "on-demand-tma")
         return dk, dv
 
-    return {name: (lambda name=name: run(name)) for name in ("plan", "on-demand", "strided")}
+    return {name: (lambda name=name: run(name)) for name in ("plan", *FORMS)}
 
 
 def main() -> int:
@@ -346,7 +374,8 @@ def main() -> int:
             for causal in (False, True):
                 for name, kernel in (("plan", KV.compile_for_sm90(head_dim, torch.bfloat16, causal, False)),
                                      ("on-demand", compile_for_sm90(head_dim, causal, False)),
-                                     ("strided", compile_for_sm90(head_dim, causal, False, on_demand=False))):
+                                     ("strided", compile_for_sm90(head_dim, causal, False, on_demand=False)),
+                                     ("on-demand-tma", compile_for_sm90(head_dim, causal, False, tma_store=True))):
                     registers, spilled = ptxas_registers(kernel, 90)
                     print(json.dumps({"form": name, "head_dim": head_dim, "causal": causal, "registers": registers,
                                       "spilled_bytes": spilled, "shared_bytes": kernel.metadata.shared}))
@@ -361,11 +390,11 @@ def main() -> int:
         calls = forms(*_setup(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, masked), poison=True)
         planned = calls["plan"]()
         row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "causal": causal, "key_mask": masked}
-        for name in ("on-demand", "strided"):
+        for name in FORMS:
             got = [calls[name]() for _ in range(3)]  # three launches: a counter of their own each
             row[name] = all(torch.equal(a, b) for g in got for a, b in zip(g, planned))
         add_row(output, result, row, key="checks")
-    result["all_equal"] = all(r["on-demand"] and r["strided"] for r in result["checks"])
+    result["all_equal"] = all(r[name] for r in result["checks"] for name in FORMS)
     write_output(output, result)
     if not result["all_equal"]:
         print("a form differs from the plan: nothing timed", flush=True)
@@ -375,8 +404,8 @@ def main() -> int:
         calls = forms(*_setup(gen, batch, heads, kv_heads, seq, seq, 128, causal))
         row = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq": seq, "causal": causal}
         row.update(alternating_rounds(calls, ROUNDS))
-        row["plan_over_on_demand"] = row["plan"]["us"] / row["on-demand"]["us"]
-        row["plan_over_strided"] = row["plan"]["us"] / row["strided"]["us"]
+        for name in FORMS:
+            row[f"plan_over_{name}"] = row["plan"]["us"] / row[name]["us"]
         add_row(output, result, row)
     return 0
 

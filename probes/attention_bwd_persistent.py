@@ -21,8 +21,8 @@ the first index past the last block ends them. "strided" takes blocks pid, pid +
 "on-demand-tma" writes each block's dK and then dV into a shared-memory buffer of the consumer's own and hands it
 to the TMA engine (rows past the keys clipped by the descriptor), where the others store from registers. Each tile's
 arithmetic is the plan's, so dK and dV must equal the plan's bit for bit (NaN-poisoned outputs) before anything is
-timed. Everything but the loader, the consumers' outer loop, the kernel's barriers and the launch is the plan's
-(the consumer's per-tile body is written out again here, unchanged).
+timed. Everything but the loader, the consumers' outer loop, the kernel's barriers and the launch is the plan's:
+the consumer is kernels/attention_bwd_gluon.py's own text turned into a loop over blocks (consumer_source).
 
 Timing: the plan's dK/dV kernel and the forms alone, in twelve alternating rounds of short do_bench runs (the
 medians; the L2 flushed), after the delta pass, at attention-bwd's head-dim-128 shapes (bf16, B x S = 16,384,
@@ -34,39 +34,30 @@ it spills 72 / 152) and 144 / 240 with the TMA stores, against the plan's 84 / 1
 
 from __future__ import annotations
 
+import atexit
+import inspect
 import json
 import math
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kernels.attention_bwd_gluon as KV  # noqa: E402
 from kernels._gluon_host import LOG2E, compile_kernel_for_sm90, descriptor, key_mask_args  # noqa: E402
-from kernels.attention import (  # noqa: E402
-    _DELTA_BLOCK_M,
-    _DELTA_WARPS,
-    _attention_bwd_delta_kernel,
-    _strides,
-    attention_fwd,
-    plan_attention_backward,
-)
+from kernels.attention import attention_fwd, plan_attention_backward  # noqa: E402
 from kernels.attention_bwd_gluon import _query_range  # noqa: E402
-from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, draw_inputs  # noqa: E402
-from probes.harness import add_row, environment, write_output  # noqa: E402
+from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, delta_pass, draw_inputs  # noqa: E402
+from probes.harness import add_row, environment, module_from_source, replace_once, write_output  # noqa: E402
 
 QUESTION = ("Does a persistent dK/dV kernel that takes its key blocks on demand close the causal and grouped-query "
             "backward's gap?")
@@ -80,8 +71,8 @@ SHAPES = ("checks: head dim 128 and 64, bf16, causal and not, ragged lengths, mo
           "16 or 4 key/value heads, S = 2,048 / 4,096 / 8,192 / 16,384, causal and not")
 OUTPUTS = {}
 
-_LOG2E = gl.constexpr(LOG2E)
 ROUNDS = 12
+KV_FILE = "kernels/attention_bwd_gluon.py"
 # (batch, heads, kv heads, seq_q, seq_k, head dim, causal, key mask)
 CHECKS = ((2, 4, 4, 1000, 1500, 128, False, False), (2, 4, 4, 1000, 1500, 128, True, False),
           (3, 4, 4, 1500, 900, 128, True, False), (1, 8, 2, 777, 777, 128, True, False),
@@ -145,73 +136,27 @@ def _loader(tile_smem, counter_ptr, q_desc, do_desc, k_desc, v_desc, q_smem, do_
     mbarrier.arrive(kv_bar)
 
 
-@gluon.jit
-def _consumer(out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
-              dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb,
-              stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, WG: gl.constexpr,
-              HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, KEY_MASK: gl.constexpr, STAGES: gl.constexpr,
-              TMA_STORE: gl.constexpr):
-    wg_n: gl.constexpr = k_smem.shape[3]
-    block_m: gl.constexpr = q_smem.shape[3]
-    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, block_m, 16])
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, HEAD_DIM, 16])
-    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
-    store_layout: gl.constexpr = gl.BlockedLayout([1, 8], [256 // HEAD_DIM, HEAD_DIM // 8], [4, 1], [1, 0])
-    tile_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    n_blocks_n = gl.cdiv(seq_k, 2 * wg_n)
-    cols = gl.arange(0, block_m, layout=gl.SliceLayout(0, st_layout))
-    causal_offset = seq_k - seq_q
-    k_view = k_smem.index(WG).reshape([wg_n, HEAD_DIM])
-    v_view = v_smem.index(WG).reshape([wg_n, HEAD_DIM])
-    i = 0
-    it = 0
-    mbarrier.wait(kv_bar, 0)
-    t = gl.max(tile_smem.load(tile_layout), axis=0)
-    while t < total:
-        start_n, b, h_kv = _block_of(t, n_blocks_n, n_kv_heads, wg_n)
-        keys = start_n + WG * wg_n + gl.arange(0, wg_n, layout=gl.SliceLayout(1, st_layout))
-        kept = keys < seq_k
-        if KEY_MASK:
-            kept = gl.load(mask_ptr + b.to(gl.int64) * stride_mb + keys.to(gl.int64) * stride_mk, mask=kept,
-                           other=0) != 0
-        m_lo, n_m = _query_range(start_n, seq_q, seq_k, CAUSAL, block_m)
-        dk = gl.zeros([wg_n, HEAD_DIM], gl.float32, acc_layout)
-        dv = gl.zeros([wg_n, HEAD_DIM], gl.float32, acc_layout)
-        for g in range(group):
-            bh = (b * n_kv_heads + h_kv) * group + g
-            for mi in range(n_m):
-                slot = it % STAGES
-                mbarrier.wait(ready.index(slot), (it // STAGES) & 1)
-                q_tile = q_smem.index(slot).reshape([block_m, HEAD_DIM])
-                do_tile = do_smem.index(slot).reshape([block_m, HEAD_DIM])
-                st_acc = warpgroup_mma(k_view, q_tile.permute((1, 0)),
-                                       gl.zeros([wg_n, block_m], gl.float32, st_layout), use_acc=False, is_async=True)
-                dpt_acc = warpgroup_mma(v_view, do_tile.permute((1, 0)),
-                                        gl.zeros([wg_n, block_m], gl.float32, st_layout), use_acc=False,
-                                        is_async=True)
-                rows = m_lo + mi * block_m + cols
-                base = bh.to(gl.int64) * seq_q
-                lse2 = gl.load(lse_ptr + base + rows, mask=rows < seq_q, other=float("inf")) * _LOG2E
-                s_t = warpgroup_mma_wait(1, deps=(st_acc, ))
-                p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
-                if CAUSAL:
-                    if m_lo + mi * block_m + causal_offset < start_n + WG * wg_n + wg_n - 1:
-                        p_t = gl.where(keys[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
-                if KEY_MASK:
-                    p_t = gl.where(kept[:, None], p_t, 0.0)
-                p_op = gl.convert_layout(p_t.to(q_smem.dtype), op_layout)
-                dv_acc = warpgroup_mma(p_op, do_tile, dv, is_async=True)
-                delta = gl.load(delta_ptr + base + rows, mask=rows < seq_q, other=0.0)
-                dp_t = warpgroup_mma_wait(1, deps=(dpt_acc, ))
-                ds_t = p_t * (dp_t - delta[None, :])
-                ds_op = gl.convert_layout(ds_t.to(q_smem.dtype), op_layout)
-                dk_acc = warpgroup_mma(ds_op, q_tile, dk, is_async=True)
-                dv, dk, p_op, ds_op = warpgroup_mma_wait(0, deps=(dv_acc, dk_acc, p_op, ds_op))
-                mbarrier.arrive(free.index(slot))
-                it += 1
-        mbarrier.arrive(kv_free)  # K and V are no longer read: the next block's may load under these stores
+# The consumer is the plan's (kernels/attention_bwd_gluon.py's _bwd_consumer) turned into a loop over the blocks
+# the loader hands over: its text, with the block read from shared memory where the plan reads the program id,
+# K and V freed before the stores, and the stores optionally through TMA. Each tile's arithmetic stays the plan's.
+_PROGRAM_BLOCK = ("    n_blocks_n = gl.cdiv(seq_k, 2 * wg_n)\n"
+                  "    start_n = gl.program_id(0) % n_blocks_n * (2 * wg_n)\n"
+                  "    bh_kv = gl.program_id(0) // n_blocks_n\n"
+                  "    b = bh_kv // n_kv_heads\n"
+                  "    h_kv = bh_kv % n_kv_heads\n")
+_LOOP_HEAD = ("    n_blocks_n = gl.cdiv(seq_k, 2 * wg_n)\n"
+              "    tile_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])\n"
+              "    i = 0\n"
+              "    it = 0\n"
+              "    mbarrier.wait(kv_bar, 0)\n"
+              "    t = gl.max(tile_smem.load(tile_layout), axis=0)\n"
+              "    while t < total:\n"
+              "        start_n = t % n_blocks_n * (2 * wg_n)\n"
+              "        bh_kv = t // n_blocks_n\n"
+              "        b = bh_kv // n_kv_heads\n"
+              "        h_kv = bh_kv % n_kv_heads\n")
+_EPILOGUE = "    rows_n = start_n + WG * wg_n + gl.arange(0, wg_n, layout=gl.SliceLayout(1, store_layout))\n"
+_TMA_EPILOGUE = """        mbarrier.arrive(kv_free)  # K and V read no more: the next block's load under these stores
         if TMA_STORE:  # dK, then dV, through this warpgroup's buffer and a TMA copy (rows past seq_k clipped)
             view = out_smem.index(WG)
             tma.store_wait(0)
@@ -223,20 +168,54 @@ def _consumer(out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_f
             fence_async_shared()
             tma.async_copy_shared_to_global(dv_ptr, [b, h_kv, start_n + WG * wg_n, 0], view)
         else:
-            rows_n = start_n + WG * wg_n + gl.arange(0, wg_n, layout=gl.SliceLayout(1, store_layout))
-            d_cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, store_layout))
-            keep = (rows_n < seq_k)[:, None]
-            dk_base = dk_ptr + b.to(gl.int64) * stride_dkb + h_kv.to(gl.int64) * stride_dkh
-            gl.store(dk_base + rows_n.to(gl.int64)[:, None] * stride_dks + d_cols[None, :],
-                     gl.convert_layout((dk * scale).to(dk_ptr.dtype.element_ty), store_layout), mask=keep)
-            dv_base = dv_ptr + b.to(gl.int64) * stride_dvb + h_kv.to(gl.int64) * stride_dvh
-            gl.store(dv_base + rows_n.to(gl.int64)[:, None] * stride_dvs + d_cols[None, :],
-                     gl.convert_layout(dv.to(dv_ptr.dtype.element_ty), store_layout), mask=keep)
-        i += 1
+"""
+_LOOP_TAIL = """        i += 1
         mbarrier.wait(kv_bar, i & 1)
         t = gl.max(tile_smem.load(tile_layout), axis=0)
     if TMA_STORE:
         tma.store_wait(0)
+"""
+_HEADER = """from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma, \\
+    warpgroup_mma_wait
+
+from kernels.attention_bwd_gluon import _LOG2E, _query_range
+
+
+"""
+
+
+def _indent(text: str, by: str) -> str:
+    return "".join(by + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def consumer_source() -> str:
+    """The plan's dK/dV consumer as this form's `_consumer` (see above)."""
+    text = inspect.getsource(KV._bwd_consumer.fn)
+    text = replace_once(text, "def _bwd_consumer(q_smem, do_smem, k_smem, v_smem, kv_bar, ready, free,",
+                        "def _consumer(out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, "
+                        "free,", KV_FILE)
+    text = replace_once(text, "seq_q, seq_k, n_kv_heads, group, qk_scale,",
+                        "seq_q, seq_k, n_kv_heads, group, total, qk_scale,", KV_FILE)
+    text = replace_once(text, "STAGES: gl.constexpr):", "STAGES: gl.constexpr, TMA_STORE: gl.constexpr):", KV_FILE)
+    text = replace_once(text, "    mbarrier.wait(kv_bar, 0)\n    it = 0\n", "", KV_FILE)
+    head, rest = text.split(_PROGRAM_BLOCK)
+    loop, epilogue = rest.split(_EPILOGUE)
+    return (head + _LOOP_HEAD + _indent(loop.rstrip("\n") + "\n", "    ") + _TMA_EPILOGUE
+            + _indent(_EPILOGUE + epilogue.rstrip("\n") + "\n", "        ") + _LOOP_TAIL)
+
+
+def _install_consumer() -> None:
+    """Makes `_consumer`, which _consumer_1 and the kernel call, consumer_source() compiled (once a process)."""
+    global _consumer
+    if _consumer is None:
+        folder = Path(tempfile.mkdtemp(prefix="bwd-persistent-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        _consumer = module_from_source(folder, "bwd_kv_persistent_consumer", _HEADER + consumer_source())._consumer
+
+
+_consumer = None
 
 
 @gluon.jit
@@ -277,14 +256,14 @@ def _persistent_kv_kernel(q_desc, do_desc, k_desc, v_desc, lse_ptr, delta_ptr, d
         mbarrier.init(free.index(i), count=2)
     fence_async_shared()
     gl.warp_specialize([
-        (_consumer, (out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
-                     dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb,
-                     stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, 0, HEAD_DIM,
-                     CAUSAL, KEY_MASK, STAGES, TMA_STORE)),
-        (_consumer_1, (out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr, delta_ptr,
-                       dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale, stride_dkb,
-                       stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, HEAD_DIM,
-                       CAUSAL, KEY_MASK, STAGES, TMA_STORE)),
+        (_consumer, (out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr,
+                     delta_ptr, dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale,
+                     stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk, 0,
+                     HEAD_DIM, CAUSAL, KEY_MASK, STAGES, TMA_STORE)),
+        (_consumer_1, (out_smem, tile_smem, q_smem, do_smem, k_smem, v_smem, kv_bar, kv_free, ready, free, lse_ptr,
+                       delta_ptr, dk_ptr, dv_ptr, mask_ptr, seq_q, seq_k, n_kv_heads, group, total, qk_scale, scale,
+                       stride_dkb, stride_dkh, stride_dks, stride_dvb, stride_dvh, stride_dvs, stride_mb, stride_mk,
+                       HEAD_DIM, CAUSAL, KEY_MASK, STAGES, TMA_STORE)),
         (_loader, (tile_smem, counter_ptr, q_desc, do_desc, k_desc, v_desc, q_smem, do_smem, k_smem, v_smem, kv_bar,
                    kv_free, ready, free, seq_q, seq_k, n_kv_heads, group, total, CAUSAL, STAGES, ON_DEMAND)),
     ], [4, 1], [KV.CONSUMER_REGS, KV.LOADER_REGS])
@@ -313,6 +292,7 @@ def launch_args(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key
 def persistent_kv(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, key_mask=None,
                   on_demand: bool = True, tma_store: bool = False) -> None:
     """Writes dK and dV as attention_bwd_kv_gluon does, on one program an SM."""
+    _install_consumer()
     counter = torch.zeros(1, dtype=torch.int32, device=q.device) if on_demand else None
     grid, args, meta = launch_args(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask,
                                    torch.cuda.get_device_properties(q.device).multi_processor_count, counter,
@@ -322,6 +302,7 @@ def persistent_kv(q, k, v, do, lse, delta, dk, dv, causal: bool, scale: float, k
 
 def compile_for_sm90(head_dim: int, causal: bool, key_mask: bool, on_demand: bool = True, tma_store: bool = False):
     """The form compiled for sm_90 from shapes alone (no GPU)."""
+    _install_consumer()
     q = torch.empty(2, 4, 1000, head_dim, dtype=torch.bfloat16, device="meta")
     k = torch.empty(2, 2, 1000, head_dim, dtype=torch.bfloat16, device="meta")
     lse = torch.empty(2, 4, 1000, dtype=torch.float32, device="meta")
@@ -332,22 +313,13 @@ def compile_for_sm90(head_dim: int, causal: bool, key_mask: bool, on_demand: boo
     return compile_kernel_for_sm90(_persistent_kv_kernel, args, meta, KV.NUM_WARPS, KV.MAXNREG)
 
 
-def _delta(o, do):
-    batch, n_heads, seq_q, head_dim = o.shape
-    delta = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=o.device)
-    _attention_bwd_delta_kernel[(triton.cdiv(seq_q, _DELTA_BLOCK_M) * batch * n_heads,)](
-        o, do, delta, seq_q, n_heads, *_strides(o), *_strides(do), HEAD_DIM=head_dim, BLOCK_M=_DELTA_BLOCK_M,
-        num_warps=_DELTA_WARPS)
-    return delta
-
-
 def _setup(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, masked=False):
     q, k, v, key_mask = draw_inputs(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, torch.bfloat16, masked)
     do = torch.randn_like(q)
     scale = 1 / math.sqrt(head_dim)
     o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask)
     kv_plan, _ = plan_attention_backward(seq_q, head_dim, torch.bfloat16, causal, impl="gluon")
-    return q, k, v, do, lse.contiguous(), _delta(o, do), scale, key_mask, kv_plan
+    return q, k, v, do, lse.contiguous(), delta_pass(o, do), scale, key_mask, kv_plan
 
 
 def forms(q, k, v, do, lse, delta, causal, scale, key_mask, kv_plan, poison=False) -> dict:

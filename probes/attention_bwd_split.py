@@ -26,23 +26,14 @@ import sys
 from pathlib import Path
 
 import torch
-import triton
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernels.attention import (  # noqa: E402
-    _DELTA_BLOCK_M,
-    _DELTA_WARPS,
-    _attention_bwd_delta_kernel,
-    _strides,
-    attention_bwd,
-    attention_fwd,
-    plan_attention_backward,
-)
+from kernels.attention import attention_bwd, attention_fwd, plan_attention_backward  # noqa: E402
 from kernels.attention_bwd_gluon import attention_bwd_kv_gluon  # noqa: E402
 from kernels.attention_bwd_q_gluon import attention_bwd_q_gluon  # noqa: E402
-from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, cudnn_backward_us  # noqa: E402
+from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, cudnn_backward_us, delta_pass  # noqa: E402
 from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = "Where does the Gluon backward lose with grouped-query heads, in the dK/dV kernel or the dQ kernel?"
@@ -60,16 +51,12 @@ TIMED = tuple((16384 // s, kv, s, c) for s in (8192, 16384) for c in (False, Tru
 def launches(q, k, v, o, lse, do, causal: bool, scale: float, plans) -> dict:
     """name -> a call of one of attention_bwd's three launches (as it launches them), and of the whole."""
     kv_plan, q_plan = plans
-    batch, n_heads, seq_q, head_dim = q.shape
-    delta = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=q.device)
+    delta = delta_pass(o, do)  # for the other two, before either is timed
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     lse = lse.contiguous()
 
     def run_delta():
-        _attention_bwd_delta_kernel[(triton.cdiv(seq_q, _DELTA_BLOCK_M) * batch * n_heads,)](
-            o, do, delta, seq_q, n_heads, *_strides(o), *_strides(do), HEAD_DIM=head_dim, BLOCK_M=_DELTA_BLOCK_M,
-            num_warps=_DELTA_WARPS)
-        return delta
+        return delta_pass(o, do, delta)
 
     def run_kv():
         attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale, None, kv_plan.num_stages)
@@ -79,7 +66,6 @@ def launches(q, k, v, o, lse, do, causal: bool, scale: float, plans) -> dict:
         attention_bwd_q_gluon(q, k, v, do, lse, delta, dq, causal, scale, None, q_plan.num_stages)
         return dq
 
-    run_delta()  # delta for the other two, before either is timed
     return {"delta": run_delta, "kv": run_kv, "q": run_q,
             "whole": lambda: attention_bwd(q, k, v, o, lse, do, causal, scale, plans)}
 

@@ -139,18 +139,26 @@ def cudnn_backward_us(q, k, v, do, causal: bool, scale: float) -> float:
     return median_of_three_us(run)
 
 
+def delta_pass(o, do, delta=None):
+    """delta = rowsum(dO * O), fp32 [batch, heads, seq_q], by kernels/attention.py's delta kernel as attention_bwd
+    launches it (into `delta` where given)."""
+    batch, n_heads, seq_q, head_dim = o.shape
+    if delta is None:
+        delta = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=o.device)
+    _attention_bwd_delta_kernel[(triton.cdiv(seq_q, _DELTA_BLOCK_M) * batch * n_heads,)](
+        o, do, delta, seq_q, n_heads, *_strides(o), *_strides(do), HEAD_DIM=head_dim, BLOCK_M=_DELTA_BLOCK_M,
+        num_warps=_DELTA_WARPS)
+    return delta
+
+
 def backward(kv, dq_module, q, k, v, o, lse, do, causal: bool, scale: float, plans, poison: bool = False,
              key_mask=None) -> tuple:
     """(dQ, dK, dV) by the three launches of attention_bwd's Gluon path (the delta pass, dK/dV, dQ), with the
     given modules' dK/dV and dQ kernels; poison: the gradients start as NaN."""
     kv_plan, q_plan = plans
-    batch, n_heads, seq_q, head_dim = q.shape
     make = (lambda t: torch.full_like(t, float("nan"))) if poison else torch.empty_like
     dq, dk, dv = make(q), make(k), make(v)
-    delta = torch.empty((batch, n_heads, seq_q), dtype=torch.float32, device=q.device)
-    _attention_bwd_delta_kernel[(triton.cdiv(seq_q, _DELTA_BLOCK_M) * batch * n_heads,)](
-        o, do, delta, seq_q, n_heads, *_strides(o), *_strides(do), HEAD_DIM=head_dim, BLOCK_M=_DELTA_BLOCK_M,
-        num_warps=_DELTA_WARPS)
+    delta = delta_pass(o, do)
     lse = lse.contiguous()
     kv.attention_bwd_kv_gluon(q, k, v, do, lse, delta, dk, dv, causal, scale, key_mask, kv_plan.num_stages)
     dq_module.attention_bwd_q_gluon(q, k, v, do, lse, delta, dq, causal, scale, key_mask, q_plan.num_stages)

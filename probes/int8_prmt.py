@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -42,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import dequant_linear as dl  # noqa: E402
-from probes.compiled import loop_bodies, ptxas_registers  # noqa: E402
+from probes.compiled import int8_gemv_for_sm90a, opcodes, sass_loop  # noqa: E402
 from probes.harness import environment, module_from_source, replace_once, write_output  # noqa: E402
 
 QUESTION = ("Does converting int8 weights with one byte permute each (PRMT) cut the int8 GEMV's instructions a "
@@ -112,50 +111,20 @@ def load_form(folder: Path):
     return module_from_source(folder, "dequant_linear_prmt", form_source())
 
 
-def _loop(kernel) -> tuple[int, int, list[str]]:
-    """(registers, spilled bytes, the longest loop's SASS instructions) of a kernel compiled for sm_90a."""
-    binaries = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    registers, spilled = ptxas_registers(kernel, 90)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        cubin.write_bytes(kernel.asm["cubin"])
-        sass = subprocess.run([binaries / "nvdisasm", "-c", cubin], capture_output=True, text=True).stdout
-    return registers, spilled, loop_bodies(sass)[0]
-
-
 def compile_report() -> list[dict]:
     """The plan's and the candidate's int8 loops at M = 1 and 16 (N = K = 4,096, bf16), compiled for sm_90a."""
-    import collections
-    import re
-
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     folder = Path(tempfile.mkdtemp(prefix="int8-prmt-"))
     try:
         form = load_form(folder)
         rows = []
         for m in (1, 16):
             plan = dl.plan_dequant_linear(8, m, 4096, 4096)
-            sig = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
-                   "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_qn": "i32",
-                   "stride_ym": "i32"}
-            const = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
-                         USE_DOT=plan.form == "dot", EVEN_K=True, LOAD_STAGES=plan.load_stages, EVICT="",
-                         DOT_F32=False, FAST_CVT=True)
-            aligned = ("N", "K", "stride_xm", "stride_qn", "stride_ym")
-            attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(sig) if sig[n].startswith("*") or n in aligned}
             for name, module in (("plan", dl), ("prmt", form)):
-                src = ASTSource(fn=module._int8_linear_kernel, signature={**sig, **dict.fromkeys(const, "constexpr")},
-                                constexprs=const, attrs=attrs)
-                kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                        options={"num_warps": plan.num_warps, "num_stages": 1})
-                registers, spilled, body = _loop(kernel)
+                registers, spilled, body = sass_loop(int8_gemv_for_sm90a(module._int8_linear_kernel, plan))
                 weights = plan.block_n * plan.block_k / (32 * plan.num_warps)
-                ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", b).split()[0].split(".")[0] for b in body)
                 rows.append({"form": name, "M": m, "path": plan.form, "registers": registers, "spilled_bytes": spilled,
                              "loop_instructions": len(body), "per_weight": round(len(body) / weights, 2),
-                             "opcodes": dict(ops.most_common(8))})
+                             "opcodes": dict(opcodes(body).most_common(8))})
         return rows
     finally:
         shutil.rmtree(folder, ignore_errors=True)

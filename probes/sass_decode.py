@@ -12,12 +12,8 @@ Uses the ptxas and nvdisasm that ship with Triton.
 
 from __future__ import annotations
 
-import collections
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 if __name__ == "__main__":  # compiled kernels, never the interpreter's (imported, the caller decides)
@@ -26,13 +22,11 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
 
 from kernels import dequant_linear as dl  # noqa: E402
 from kernels import rmsnorm_gemv as rg  # noqa: E402
 from kernels._gemv import GemvPlan  # noqa: E402
-from probes.compiled import loop_bodies  # noqa: E402
+from probes.compiled import compile_for_sm90a, int8_gemv_for_sm90a, opcodes, sass_loop  # noqa: E402
 
 QUESTION = ("What does the inner loop of each decode GEMV kernel compile to on sm_90a: instructions a weight, "
             "conversions, loads?")
@@ -40,34 +34,11 @@ CANDIDATES = ("rmsnorm-gemv", "int8 dequant", "int4 dequant")
 SHAPES = "the decode plans' tiles (compiled only, no shapes run)"
 OUTPUTS = {"decode-sass": ("notes/probes/2026-11-23-sm90a-decode-sass.txt",)}
 
-BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-TARGET = GPUTarget("cuda", 90, 32)
-ALIGNED = ("N", "K", "stride_xm", "stride_wn", "stride_ym", "stride_qn", "stride_pn", "stride_sn")
-
-
-def compile_kernel(fn, signature: dict, constexprs: dict, num_warps: int):
-    names = list(signature)
-    # As the launcher sees real tensors: 16-byte aligned pointers, sizes and strides multiples of 16.
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if signature[n].startswith("*") or n in ALIGNED}
-    src = ASTSource(fn=fn, signature={**signature, **{c: "constexpr" for c in constexprs}}, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": 1})
-
-
 def report(label: str, kernel, weights_per_thread: float) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx, cubin = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
-        ptx.write_text(kernel.asm["ptx"])
-        cubin.write_bytes(kernel.asm["cubin"])
-        usage = subprocess.run([BIN / "ptxas", "-arch=sm_90a", "-v", ptx, "-o", os.devnull],
-                               capture_output=True, text=True).stderr
-        sass = subprocess.run([BIN / "nvdisasm", "-c", cubin], capture_output=True, text=True).stdout
-    regs = re.search(r"Used (\d+) registers", usage)
-    spills = re.search(r"(\d+) bytes spill stores", usage)
+    regs, spills, body = sass_loop(kernel)
     mma = "wgmma" if "wgmma" in kernel.asm["ptx"] else "mma.sync" if "mma.sync" in kernel.asm["ptx"] else "-"
-    body = loop_bodies(sass)[0]
-    ops = collections.Counter(re.sub(r"^@!?U?P\w+\s+", "", b).split()[0].split(".")[0] for b in body)
-    top = " ".join(f"{op}:{n}" for op, n in ops.most_common(8))
-    print(f"{label:<44} regs {regs.group(1) if regs else '?':>3} spill {spills.group(1) if spills else '?':>3} "
+    top = " ".join(f"{op}:{n}" for op, n in opcodes(body).most_common(8))
+    print(f"{label:<44} regs {regs:>3} spill {spills:>3} "
           f"smem {kernel.metadata.shared:>6} {mma:<8} loop {len(body):>4} instr, "
           f"{len(body) / weights_per_thread:5.2f} per weight | {top}")
 
@@ -79,20 +50,14 @@ def rmsnorm(plan: GemvPlan) -> None:
     const = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
                  USE_DOT=plan.form == "dot", SWAP=plan.swap, RMS_IN_LOOP=True, STORE_R=False, EVEN_K=True,
                  LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False)
-    k = compile_kernel(rg._rmsnorm_gemv_kernel, sig, const, plan.num_warps)
+    k = compile_for_sm90a(rg._rmsnorm_gemv_kernel, sig, const, plan.num_warps)
     report(f"rmsnorm {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} w{plan.num_warps}"
            f"{' W-first' if plan.form == 'dot' and plan.swap else ''}", k,
            plan.block_n * plan.block_k / (32 * plan.num_warps))
 
 
 def int8(plan: GemvPlan, fast: bool = True) -> None:
-    sig = {"x_ptr": "*bf16", "q_ptr": "*i8", "s_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
-           "count_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_qn": "i32",
-           "stride_ym": "i32"}
-    const = dict(BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT_K=plan.split_k,
-                 USE_DOT=plan.form == "dot", EVEN_K=True, LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False,
-                 FAST_CVT=fast)
-    k = compile_kernel(dl._int8_linear_kernel, sig, const, plan.num_warps)
+    k = int8_gemv_for_sm90a(dl._int8_linear_kernel, plan, fast)
     report(f"int8 {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} w{plan.num_warps}"
            f"{'' if fast else ' plain-cvt'}", k, plan.block_n * plan.block_k / (32 * plan.num_warps))
 
@@ -103,7 +68,7 @@ def int4(plan: GemvPlan, group: int = 128) -> None:
            "stride_sn": "i32", "stride_ym": "i32"}
     const = dict(GROUP=group, BLOCK_M=plan.block_m, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k,
                  SPLIT_K=plan.split_k, EVEN_K=True, LOAD_STAGES=plan.load_stages, EVICT="", DOT_F32=False)
-    k = compile_kernel(dl._int4_linear_kernel, sig, const, plan.num_warps)
+    k = compile_for_sm90a(dl._int4_linear_kernel, sig, const, plan.num_warps)
     report(f"int4 {plan.form} m{plan.block_m} n{plan.block_n} k{plan.block_k} g{group} w{plan.num_warps}", k,
            plan.block_n * plan.block_k / (32 * plan.num_warps))
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import math
 import shutil
 import sys
 import tempfile
@@ -53,14 +52,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import kernels.attention_bwd_q_gluon as AQ  # noqa: E402
-from kernels.attention import attention_bwd, attention_fwd, plan_attention_backward  # noqa: E402
+from kernels.attention import attention_bwd  # noqa: E402
 from kernels.reference_attention import attention_backward_float64  # noqa: E402
 from probes.attention_forms import (  # noqa: E402
     ALTERNATING_CLOCK,
     alternating_rounds,
     backward,
+    backward_case,
     cudnn_backward_us,
-    draw_inputs,
     rel_error,
 )
 from probes.harness import add_row, environment, module_from_source, replace_once, write_output  # noqa: E402
@@ -161,15 +160,6 @@ def compile_for_sm90(causal: bool, key_mask: bool = False) -> tuple:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal, masked=False, head_dim=HEAD_DIM):
-    q, k, v, key_mask = draw_inputs(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, torch.bfloat16, masked)
-    do = torch.randn_like(q)
-    scale = 1 / math.sqrt(head_dim)
-    o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask)
-    plans = plan_attention_backward(seq_q, head_dim, torch.bfloat16, causal, impl="gluon")
-    return q, k, v, o, lse, do, scale, plans, key_mask
-
-
 def _equal(a: tuple, b: tuple) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b))
 
@@ -177,8 +167,8 @@ def _equal(a: tuple, b: tuple) -> bool:
 def _checks(forms, gen, head_dim: int = HEAD_DIM) -> list[dict]:
     rows = []
     for batch, heads, kv_heads, seq_q, seq_k, causal, masked in CHECKS:
-        q, k, v, o, lse, do, scale, plans, key_mask = _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal,
-                                                              masked, head_dim)
+        q, k, v, o, lse, do, scale, plans, key_mask = backward_case(gen, batch, heads, kv_heads, seq_q, seq_k,
+                                                                    head_dim, causal, masked)
         planned = attention_bwd(q, k, v, o, lse, do, causal, scale, plans, key_mask=key_mask)
         ref = attention_backward_float64(q, k, v, do, causal, scale, key_mask=key_mask)
         row = {"shape": [batch, heads, kv_heads, seq_q, seq_k, head_dim], "causal": causal, "key_mask": masked}
@@ -215,8 +205,7 @@ def main() -> int:
     for batch, heads, kv_heads, seq, causal in (TIMED_64 if head_dim == 64 else TIMED):
         if gqa_only and kv_heads == heads:
             continue
-        q, k, v, o, lse, do, scale, plans, _ = _inputs(gen, batch, heads, kv_heads, seq, seq, causal,
-                                                       head_dim=head_dim)
+        q, k, v, o, lse, do, scale, plans, _ = backward_case(gen, batch, heads, kv_heads, seq, seq, head_dim, causal)
         planned = attention_bwd(q, k, v, o, lse, do, causal, scale, plans)
         row = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq": seq, "causal": causal,
                "equal_to_plan": {name: _equal(backward(*modules, q, k, v, o, lse, do, causal, scale, plans), planned)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import atexit
 import inspect
 import json
-import math
 import shutil
 import sys
 import tempfile
@@ -54,9 +53,8 @@ sys.path.insert(0, str(ROOT))
 
 import kernels.attention_bwd_gluon as KV  # noqa: E402
 from kernels._gluon_host import LOG2E, compile_kernel_for_sm90, descriptor, key_mask_args  # noqa: E402
-from kernels.attention import attention_fwd, plan_attention_backward  # noqa: E402
 from kernels.attention_bwd_gluon import _query_range  # noqa: E402
-from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, delta_pass, draw_inputs  # noqa: E402
+from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, backward_case, delta_pass  # noqa: E402
 from probes.harness import add_row, environment, module_from_source, replace_once, write_output  # noqa: E402
 
 QUESTION = ("Does a persistent dK/dV kernel that takes its key blocks on demand close the causal and grouped-query "
@@ -314,11 +312,8 @@ def compile_for_sm90(head_dim: int, causal: bool, key_mask: bool, on_demand: boo
 
 
 def _setup(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, causal, masked=False):
-    q, k, v, key_mask = draw_inputs(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, torch.bfloat16, masked)
-    do = torch.randn_like(q)
-    scale = 1 / math.sqrt(head_dim)
-    o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask)
-    kv_plan, _ = plan_attention_backward(seq_q, head_dim, torch.bfloat16, causal, impl="gluon")
+    q, k, v, o, lse, do, scale, (kv_plan, _), key_mask = backward_case(gen, batch, heads, kv_heads, seq_q, seq_k,
+                                                                       head_dim, causal, masked)
     return q, k, v, do, lse.contiguous(), delta_pass(o, do), scale, key_mask, kv_plan
 
 

@@ -21,7 +21,6 @@ tuning instrument, not evidence.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -30,10 +29,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernels.attention import attention_bwd, attention_fwd, plan_attention_backward  # noqa: E402
+from kernels.attention import attention_bwd  # noqa: E402
 from kernels.attention_bwd_gluon import attention_bwd_kv_gluon  # noqa: E402
 from kernels.attention_bwd_q_gluon import attention_bwd_q_gluon  # noqa: E402
-from probes.attention_forms import ALTERNATING_CLOCK, alternating_rounds, cudnn_backward_us, delta_pass  # noqa: E402
+from probes.attention_forms import (  # noqa: E402
+    ALTERNATING_CLOCK,
+    alternating_rounds,
+    backward_case,
+    cudnn_backward_us,
+    delta_pass,
+)
 from probes.harness import add_row, environment, write_output  # noqa: E402
 
 QUESTION = "Where does the Gluon backward lose with grouped-query heads, in the dK/dV kernel or the dQ kernel?"
@@ -79,13 +84,7 @@ def main() -> int:
     gen = torch.Generator(device="cuda")
     gen.manual_seed(20261131)
     for batch, kv_heads, seq, causal in TIMED:
-        q = torch.randn(batch, HEADS, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-        k, v = (torch.randn(batch, kv_heads, seq, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-                for _ in range(2))
-        do = torch.randn_like(q)
-        scale = 1 / math.sqrt(HEAD_DIM)
-        o, lse = attention_fwd(q, k, v, causal, scale)
-        plans = plan_attention_backward(seq, HEAD_DIM, torch.bfloat16, causal, impl="gluon")
+        q, k, v, o, lse, do, scale, plans, _ = backward_case(gen, batch, HEADS, kv_heads, seq, seq, HEAD_DIM, causal)
         runs = launches(q, k, v, o, lse, do, causal, scale, plans)
         dk, dv = runs["kv"]()
         dq = runs["q"]()

@@ -34,7 +34,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import json
-import math
 import shutil
 import sys
 import tempfile
@@ -48,16 +47,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernels.attention import (  # noqa: E402
-    attention_bwd,
-    attention_fwd,
-    plan_attention_backward,
-)
+from kernels.attention import attention_bwd  # noqa: E402
 from kernels.reference_attention import attention_backward_float64  # noqa: E402
 from probes.attention_forms import (  # noqa: E402
     ALTERNATING_CLOCK,
     alternating_rounds,
     backward,
+    backward_case,
     cudnn_backward_us,
     rel_error,
 )
@@ -143,16 +139,6 @@ def compile_for_sm90(causal: bool, head_dim: int = HEAD_DIM) -> tuple:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal):
-    q = torch.randn(batch, heads, seq_q, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k, v = (torch.randn(batch, kv_heads, seq_k, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-            for _ in range(2))
-    do = torch.randn_like(q)
-    scale = 1 / math.sqrt(HEAD_DIM)
-    o, lse = attention_fwd(q, k, v, causal, scale)
-    return q, k, v, o, lse, do, scale, plan_attention_backward(seq_q, HEAD_DIM, torch.bfloat16, causal, impl="gluon")
-
-
 def _equal(a: tuple, b: tuple) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a, b))
 
@@ -160,7 +146,8 @@ def _equal(a: tuple, b: tuple) -> bool:
 def _checks(forms, gen) -> list[dict]:
     rows = []
     for batch, heads, kv_heads, seq_q, seq_k, causal in CHECKS:
-        q, k, v, o, lse, do, scale, plans = _inputs(gen, batch, heads, kv_heads, seq_q, seq_k, causal)
+        q, k, v, o, lse, do, scale, plans, _ = backward_case(gen, batch, heads, kv_heads, seq_q, seq_k, HEAD_DIM,
+                                                             causal)
         planned = attention_bwd(q, k, v, o, lse, do, causal, scale, plans)
         got = backward(*forms, q, k, v, o, lse, do, causal, scale, plans, poison=True)
         ref = attention_backward_float64(q, k, v, do, causal, scale)
@@ -193,7 +180,7 @@ def main() -> int:
     for causal in (False, True):
         for seq in EXPERIMENT_S:
             batch = 16384 // seq
-            q, k, v, o, lse, do, scale, plans = _inputs(gen, batch, HEADS, HEADS, seq, seq, causal)
+            q, k, v, o, lse, do, scale, plans, _ = backward_case(gen, batch, HEADS, HEADS, seq, seq, HEAD_DIM, causal)
             planned = attention_bwd(q, k, v, o, lse, do, causal, scale, plans)
             row = {"batch": batch, "seq": seq, "causal": causal,
                    "pair_store_equal": _equal(backward(*forms, q, k, v, o, lse, do, causal, scale, plans), planned)}

@@ -22,6 +22,7 @@ from kernels.attention import (
     _strides,
     attention_fwd,
     plan_attention,
+    plan_attention_backward,
 )
 from kernels.reference_attention import attention_float64
 from probes.harness import replace_once
@@ -81,6 +82,18 @@ def draw_inputs(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: i
     if key_mask is not None:
         key_mask[0, :] = False  # a batch whose rows see no key
     return q, k, v, key_mask
+
+
+def backward_case(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool,
+                  masked: bool = False) -> tuple:
+    """(q, k, v, o, lse, do, scale, plans, key_mask) for a backward at this shape, bf16: draw_inputs, then dO ~ N(0, 1),
+    the lab's forward and the Gluon backward's (dK/dV, dQ) plans."""
+    q, k, v, key_mask = draw_inputs(gen, batch, heads, kv_heads, seq_q, seq_k, head_dim, torch.bfloat16, masked)
+    do = torch.randn_like(q)
+    scale = 1 / math.sqrt(head_dim)
+    o, lse = attention_fwd(q, k, v, causal, scale, key_mask=key_mask)
+    plans = plan_attention_backward(seq_q, head_dim, torch.bfloat16, causal, impl="gluon")
+    return q, k, v, o, lse, do, scale, plans, key_mask
 
 
 def check_case(gen, batch: int, heads: int, kv_heads: int, seq_q: int, seq_k: int, head_dim: int, dtype,
